@@ -1,0 +1,24 @@
+// The subcommands of megatron-app; each parses its own options and returns the exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "megatron/parallel/mpi_runtime.h"
+
+namespace megatron::app {
+
+using CommandFn = int (*)(MpiRuntime& runtime, const std::vector<std::string>& args);
+
+struct Command {
+  const char* name;
+  CommandFn run;
+  const char* summary;
+};
+
+int run_train(MpiRuntime& runtime, const std::vector<std::string>& args);
+int run_plugins(MpiRuntime& runtime, const std::vector<std::string>& args);
+
+const std::vector<Command>& commands();
+
+}  // namespace megatron::app

@@ -1,0 +1,84 @@
+// `megatron-app [train] --config FILE`: runs what the config asks for on every rank.
+#include <iostream>
+
+#include "cli.h"
+#include "commands/commands.h"
+#include "megatron/error.h"
+#include "megatron/parallel/parallel_state.h"
+#include "megatron/task.h"
+#include "session.h"
+
+namespace megatron::app {
+
+namespace po = boost::program_options;
+
+namespace {
+
+ParallelSizes sizes_from(const config::ParallelConfig& p) {
+  ParallelSizes s;
+  s.tensor = p.tensor_model_parallel_size;
+  s.pipeline = p.pipeline_model_parallel_size;
+  s.context = p.context_parallel_size;
+  s.expert = p.expert_model_parallel_size;
+  s.expert_tensor = p.expert_tensor_parallel_size;
+  s.order = p.rank_order();
+  return s;
+}
+
+int run_task(Session& session, ParallelState& parallel, const SelectedPlugin& task_plugin) {
+  PluginContext context{*session.log, parallel, session.config.table(task_plugin.table),
+                        session.config.core()};
+  std::unique_ptr<Plugin> object = session.catalog.create(*task_plugin.record, context);
+  auto* task = dynamic_cast<Task*>(object.get());
+  if (!task) {
+    throw PluginError("task plugin '" + task_plugin.record->name + "' (" +
+                      task_plugin.record->file.string() +
+                      ") created an object that does not implement megatron::Task");
+  }
+  session.log->info("running task '{}'", task_plugin.record->name);
+  const TaskResult result = task->run();
+  for (const auto& [name, value] : result.metrics) {
+    session.log->info("task {} | {}: {:.6g}", task_plugin.record->name, name, value);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_train(MpiRuntime& runtime, const std::vector<std::string>& args) {
+  CommonOptions common;
+  po::options_description options(
+      "megatron-app [train] --config FILE [--set TABLE.KEY=VALUE ...]\n"
+      "Runs the job the config describes on every rank: the [task] it names, or model training.\n"
+      "Launch with mpirun/srun for several ranks.\n\nOptions");
+  add_common_options(options, common, true);
+  parse_arguments("train", args, options, common.help);
+  if (common.help) {
+    std::cout << options << "\n";
+    return 0;
+  }
+
+  Session session = open_session(runtime, common, {});
+  if (common.print_config) {
+    if (runtime.world_rank() == 0) std::cout << session.config.to_toml();
+    return 0;
+  }
+
+  ParallelState parallel =
+      ParallelState::create(runtime, sizes_from(session.config.core().parallel));
+  session.log->info("world {}: tensor {} x pipeline {} x context {} x data {}",
+                    parallel.world_size(), parallel.tp_size(), parallel.pp_size(),
+                    parallel.cp_size(), parallel.dp_size());
+
+  if (const SelectedPlugin* task = session.selected_for("task")) {
+    return run_task(session, parallel, *task);
+  }
+  if (session.selected_for("model")) {
+    throw Error("model training is not available in this build yet; only [task] jobs can run");
+  }
+  throw UsageError(
+      "nothing to run: the config has no [task] table and no [model] table (see "
+      "`megatron-app plugins` for what is available)");
+}
+
+}  // namespace megatron::app

@@ -1,0 +1,96 @@
+// The core's own config tables as typed structs: [parallel] [training] [checkpoint] [logging]
+// [runtime] [plugins]. Key names follow Megatron-LM's arguments in snake_case.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "megatron/config/schema.h"
+#include "megatron/config/table.h"
+
+namespace megatron::config {
+
+struct ParallelConfig {
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int context_parallel_size = 1;
+  int expert_model_parallel_size = 1;
+  int expert_tensor_parallel_size = 0;  // 0: same as tensor_model_parallel_size (Megatron default)
+  bool sequence_parallel = false;
+  std::optional<int> num_layers_per_virtual_pipeline_stage;
+  bool use_tp_pp_dp_mapping = false;  // rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp
+
+  std::string rank_order() const {
+    return use_tp_pp_dp_mapping ? "tp-cp-ep-pp-dp" : "tp-cp-ep-dp-pp";
+  }
+};
+
+struct TrainingConfig {
+  std::int64_t micro_batch_size = 1;
+  std::optional<std::int64_t> global_batch_size;  // default: micro_batch_size x data-parallel size
+  std::vector<std::int64_t> rampup_batch_size;    // [start, increment, ramp-up samples] or empty
+  std::optional<std::int64_t> train_iters;
+  std::optional<std::int64_t> train_samples;
+  std::optional<double> lr;
+  double min_lr = 0.0;
+  std::string lr_decay_style = "linear";
+  std::optional<std::int64_t> lr_decay_iters;
+  std::optional<std::int64_t> lr_decay_samples;
+  std::int64_t lr_warmup_iters = 0;
+  std::int64_t lr_warmup_samples = 0;
+  std::optional<double> lr_warmup_fraction;
+  double weight_decay = 0.01;
+  double clip_grad = 1.0;
+  std::int64_t seed = 1234;
+  std::int64_t eval_interval = 1000;
+  std::int64_t eval_iters = 100;
+  bool bf16 = false;
+  bool fp16 = false;
+};
+
+struct CheckpointConfig {
+  std::string save;  // directory; empty: do not save
+  std::string load;  // directory; empty: start from scratch
+  std::optional<std::int64_t> save_interval;
+  bool finetune = false;
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+};
+
+struct LoggingConfig {
+  std::string level = "info";
+  std::string file;  // per-rank log file; "{rank}" is replaced by the world rank
+  std::int64_t log_interval = 100;
+  std::string metrics_file;
+};
+
+struct RuntimeConfig {
+  int threads = 0;  // 0: OMP_NUM_THREADS if set, else every core
+  std::string device = "cpu";
+};
+
+struct PluginsConfig {
+  std::vector<std::string> paths;  // files or directories, searched before MEGATRON_PLUGIN_PATH
+};
+
+struct CoreConfig {
+  ParallelConfig parallel;
+  TrainingConfig training;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+  RuntimeConfig runtime;
+  PluginsConfig plugins;
+};
+
+// Schemas of the core tables, in the order --print-config writes them.
+const std::vector<TableSchema>& core_schemas();
+// Tables whose `type` key names a plugin that declares the table's other keys, and the plugin
+// kind each one selects: model -> model, optimizer -> optimizer, data -> dataset, task -> task.
+const std::vector<std::string>& plugin_table_names();
+
+// Typed view of validated core tables (one per core schema, keyed by table name).
+CoreConfig make_core_config(const std::vector<ConfigTable>& tables);
+
+}  // namespace megatron::config

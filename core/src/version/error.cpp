@@ -1,0 +1,11 @@
+// Out-of-line destructors anchor the Error vtables and type_info in libmegatron_core.so.
+#include "megatron/error.h"
+
+namespace megatron {
+
+Error::~Error() = default;
+ConfigError::~ConfigError() = default;
+PluginError::~PluginError() = default;
+UsageError::~UsageError() = default;
+
+}  // namespace megatron

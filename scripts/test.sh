@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh clone: installs dependencies, builds, runs every test, then
+# rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests again there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+
+echo "== build (RelWithDebInfo, warnings as errors)"
+mkdir -p build
+bash scripts/build.sh build
+echo "== tests"
+ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
+
+echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer"
+mkdir -p build-asan
+bash scripts/build.sh build-asan -DMEGATRON_SANITIZE=ON -DMEGATRON_CUDA=OFF
+echo "== tests under the sanitizers"
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0
+ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 900
