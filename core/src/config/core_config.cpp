@@ -1,9 +1,8 @@
 // Schemas, defaults (Megatron-LM's) and cross-key rules of the core config tables.
 #include "megatron/config/core_config.h"
 
-#include <regex>
-
 #include "megatron/error.h"
+#include "megatron/tensor/device.h"
 
 namespace megatron::config {
 
@@ -169,8 +168,14 @@ TableSchema runtime_schema() {
             Range::between(0, 1024))
       .string("device", "cpu", "cpu, cuda (this rank's local GPU) or cuda:N");
   s.rule([](const ConfigTable& t) {
-    static const std::regex device(R"(cpu|cuda|cuda:[0-9]+)");
-    if (!std::regex_match(t.string("device"), device)) {
+    const std::string& device = t.string("device");
+    bool valid = true;
+    try {
+      valid = !Device::parse(device).is_meta();
+    } catch (const Error&) {
+      valid = false;
+    }
+    if (!valid) {
       t.fail("device", "\"" + t.string("device") + "\" is not a device: use cpu, cuda or cuda:N");
     }
   });

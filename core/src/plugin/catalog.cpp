@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <fstream>
-#include <regex>
 #include <set>
 
 #include <boost/dll/library_info.hpp>
@@ -63,6 +62,15 @@ bool valid_kind(PluginKind kind) {
          k <= static_cast<std::int32_t>(PluginKind::task);
 }
 
+// Lowercase letters, digits and '_', starting with a letter: usable as a config value and a file name.
+bool valid_plugin_name(std::string_view name) {
+  if (name.empty() || name[0] < 'a' || name[0] > 'z') return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
 // Returns "" when the descriptor is acceptable, else the reason it is refused.
 std::string check_descriptor(const PluginDescriptor* d) {
   if (!d) return "its entry point returned no descriptor (nullptr)";
@@ -93,8 +101,7 @@ std::string check_descriptor(const PluginDescriptor* d) {
     return "its descriptor has an unknown kind (" + std::to_string(static_cast<int>(d->kind)) +
            "); kinds are model, optimizer, dataset and task";
   }
-  static const std::regex name_pattern("[a-z][a-z0-9_]*");
-  if (!d->name || !std::regex_match(d->name, name_pattern)) {
+  if (!d->name || !valid_plugin_name(d->name)) {
     return std::string("its name '") + (d->name ? d->name : "(null)") +
            "' is not a valid plugin name (lowercase letters, digits and '_', starting with a "
            "letter)";
