@@ -14,6 +14,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"train", run_train, "run the job in the config: train a model or run its [task] (default)"},
       {"plugins", run_plugins, "list the plugins found, with versions, and the files refused"},
+      {"preprocess", run_preprocess, "tokenize loose JSON lines into a Megatron indexed dataset"},
   };
   return table;
 }

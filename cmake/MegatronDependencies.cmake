@@ -5,6 +5,11 @@ find_package(spdlog REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C CXX)
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# PCRE2 ships no CMake config in Debian; its pkg-config file gives an imported target.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 
 # Parallel HDF5 (the OpenMPI build) so ranks can write slices of one checkpoint through MPI-IO.
 set(HDF5_PREFER_PARALLEL ON)
@@ -13,11 +18,10 @@ if(NOT HDF5_IS_PARALLEL)
   message(FATAL_ERROR "megatron-app needs parallel HDF5 (Debian: libhdf5-openmpi-dev); found a serial build at ${HDF5_INCLUDE_DIRS}")
 endif()
 
-find_package(OpenBLAS CONFIG QUIET)
-if(NOT OpenBLAS_FOUND)
-  find_package(PkgConfig REQUIRED)
-  pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
-endif()
+# OpenBLAS ships a config file with variables only (no imported target).
+find_package(OpenBLAS CONFIG REQUIRED)
+set(MEGATRON_BLAS_LIBRARIES ${OpenBLAS_LIBRARIES})
+set(MEGATRON_BLAS_INCLUDE_DIRS ${OpenBLAS_INCLUDE_DIRS})
 find_package(dnnl REQUIRED)
 
 if(MEGATRON_BUILD_TESTS)

@@ -6,6 +6,8 @@ packages=(
   build-essential cmake pkg-config git ninja-build clang-format
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libtomlplusplus-dev
+  libpcre2-dev nlohmann-json3-dev  # GPT-2 pre-tokenizer regex; JSON for vocab files and loose JSON
+  libssl-dev  # MD5 (OpenSSL EVP) naming the dataset index cache files as Megatron does
   libhdf5-openmpi-dev hdf5-tools
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev

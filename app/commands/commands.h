@@ -18,6 +18,7 @@ struct Command {
 
 int run_train(MpiRuntime& runtime, const std::vector<std::string>& args);
 int run_plugins(MpiRuntime& runtime, const std::vector<std::string>& args);
+int run_preprocess(MpiRuntime& runtime, const std::vector<std::string>& args);
 
 const std::vector<Command>& commands();
 

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "commands/commands.h"
+#include "megatron/backend/backend.h"
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
 #include "megatron/task.h"
@@ -64,11 +65,13 @@ int run_train(MpiRuntime& runtime, const std::vector<std::string>& args) {
     return 0;
   }
 
+  set_compute_threads(session.config.core().runtime.threads);
   ParallelState parallel =
       ParallelState::create(runtime, sizes_from(session.config.core().parallel));
-  session.log->info("world {}: tensor {} x pipeline {} x context {} x data {}",
-                    parallel.world_size(), parallel.tp_size(), parallel.pp_size(),
-                    parallel.cp_size(), parallel.dp_size());
+  session.log->info(
+      "world {}: tensor {} x pipeline {} x context {} x data {}; {} compute thread(s)",
+      parallel.world_size(), parallel.tp_size(), parallel.pp_size(), parallel.cp_size(),
+      parallel.dp_size(), compute_threads());
 
   if (const SelectedPlugin* task = session.selected_for("task")) {
     return run_task(session, parallel, *task);

@@ -1,0 +1,53 @@
+// The tokenizer interface used by preprocessing and datasets, and Megatron's vocabulary padding.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace megatron {
+
+using TokenId = std::int32_t;
+
+// Encoding and decoding are const and safe to call from several threads at once.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer();
+
+  // Megatron's --tokenizer-type name, e.g. "GPT2BPETokenizer".
+  virtual std::string_view type_name() const = 0;
+  // Unpadded: the number of ids the vocabulary file defines.
+  virtual std::size_t vocab_size() const = 0;
+  // End-of-document id, appended after each document by `preprocess --append-eod`.
+  virtual TokenId eod() const = 0;
+
+  // Appends the ids of `text` (UTF-8) to `ids`; throws Error on invalid UTF-8.
+  virtual void encode(std::string_view text, std::vector<TokenId>& ids) const = 0;
+  std::vector<TokenId> encode(std::string_view text) const;
+
+  // Text of `ids`; byte sequences that are not valid UTF-8 become U+FFFD, as Python's
+  // bytes.decode("utf-8", errors="replace") does. Throws Error for an id outside the vocabulary.
+  virtual std::string decode(std::span<const TokenId> ids) const = 0;
+};
+
+// Files named by --vocab-file and --merge-file (which ones a type needs depends on the type).
+struct TokenizerFiles {
+  std::string vocab_file;
+  std::string merge_file;
+};
+
+// The tokenizer named by Megatron's --tokenizer-type; throws UsageError for an unknown type or a
+// missing file argument, naming the option.
+std::unique_ptr<Tokenizer> make_tokenizer(std::string_view type, const TokenizerFiles& files);
+
+// Megatron pads the embedding to a multiple of make_vocab_size_divisible_by x TP so every
+// tensor-parallel shard has the same, aligned size: 50257 -> 50304 (TP 1), 51200 (TP 8).
+// Throws Error unless all three are positive.
+std::int64_t padded_vocab_size(std::int64_t vocab_size, std::int64_t divisible_by = 128,
+                               std::int64_t tensor_parallel_size = 1);
+
+}  // namespace megatron

@@ -1,0 +1,484 @@
+// CUDA fused attention (FlashAttention-2 style, forward and backward), following the CPU
+// backend's algorithm (cpu/attention_tiles.h) step for step: online softmax over key tiles,
+// lse = max + log(sum) saved, rows that see no key give zero output and lse = -inf; backward
+// recomputes P = exp(scale * q.k - lse) and uses rowsum(dout * out). Causal masking is bottom-right
+// aligned, heads are grouped (GQA), dropout uses AttentionParams' Philox indexing.
+//
+// Why hand-written rather than cuDNN's fused attention: cuDNN's SDPA takes only fp16/bf16 (this op
+// is f32/f64), draws its dropout mask from its own RNG (not the documented Philox stream, so
+// results would differ from the CPU), and its C++ frontend is not available in this toolchain.
+//
+// Layout: one warp per query row (forward, dq) or key row (dk/dv), eight rows per block sharing
+// shared-memory tiles of 32 (f32) or 16 (f64) keys or queries. A lane computes one whole dot
+// product from shared memory (rows padded by one element against bank conflicts); each lane owns
+// features lane, lane + 32, ... of the accumulators, so the head dimension is at most 256. dq and
+// dk/dv are computed by separate kernels, each output written by one warp: no atomics, the same
+// bits on every run.
+#include <cmath>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/elementwise_math.h"
+
+namespace megatron::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;      // rows per block
+constexpr int kMaxChunks = 8;  // features per lane: head_dim <= 32 * kMaxChunks
+constexpr int kMaxHeadDim = 32 * kMaxChunks;
+
+// Keys (or queries) per shared-memory tile.
+template <typename T>
+inline constexpr int kTileRows = sizeof(T) == 8 ? 16 : 32;
+
+// A logical (B, S, H, D) tensor with element strides for B, S and H; D is contiguous.
+template <typename T>
+struct Bshd {
+  T* data;
+  std::int64_t batch_stride, seq_stride, head_stride;
+  __device__ T* row(std::int64_t b, std::int64_t s, std::int64_t h) const {
+    return data + b * batch_stride + s * seq_stride + h * head_stride;
+  }
+};
+
+// A logical (B, H, S) tensor (lse).
+template <typename T>
+struct Bhs {
+  T* data;
+  std::int64_t batch_stride, head_stride, seq_stride;
+  __device__ T& at(std::int64_t b, std::int64_t h, std::int64_t s) const {
+    return data[b * batch_stride + h * head_stride + s * seq_stride];
+  }
+};
+
+struct Problem {
+  std::int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
+  bool causal;
+  float dropout_p;
+  std::uint64_t seed, offset;
+
+  __device__ std::int64_t group() const { return heads_q / heads_kv; }
+  // Bottom-right causal alignment: query i sees keys j <= i + key_shift().
+  __device__ std::int64_t key_shift() const { return seq_k - seq_q; }
+  // Keys [0, end) that query i sees.
+  __device__ std::int64_t visible_end(std::int64_t i) const {
+    if (!causal) return seq_k;
+    const std::int64_t end = i + key_shift() + 1;
+    return end < 0 ? 0 : (end > seq_k ? seq_k : end);
+  }
+  // The dropout multiplier (0 or keep_scale) of element (b, h, i, j).
+  template <typename T>
+  __device__ T dropout(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j,
+                       T keep_scale) const {
+    const auto index = static_cast<std::uint64_t>(((b * heads_q + h) * seq_q + i) * seq_k + j);
+    return math::dropout_keeps(seed, offset, index, dropout_p) ? keep_scale : T(0);
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ T dot(const T* a, const T* b, int n) {
+  T sum = T(0);
+  for (int d = 0; d < n; ++d)
+    sum += a[d] * b[d];
+  return sum;
+}
+
+template <typename T>
+__device__ __forceinline__ T* shared_as() {
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  return reinterpret_cast<T*>(shared_raw);
+}
+
+// ---- forward ----------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    forward_kernel(Problem p, T scale, Bshd<const T> q, Bshd<const T> k, Bshd<const T> v,
+                   Bshd<T> out, Bhs<T> lse) {
+  constexpr int kTile = kTileRows<T>;
+  const int dim = static_cast<int>(p.head_dim), ld = dim + 1;
+  T* q_s = shared_as<T>();      // [kWarps][dim]
+  T* k_s = q_s + kWarps * dim;  // [kTile][dim + 1]
+  T* v_s = k_s + kTile * ld;    // [kTile][dim + 1]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::int64_t b = blockIdx.z, h = blockIdx.y, q0 = std::int64_t(blockIdx.x) * kWarps;
+  const std::int64_t hk = h / p.group();
+  const std::int64_t i = q0 + warp;
+  const bool active = i < p.seq_q;
+  const std::int64_t last_row = min(p.seq_q, q0 + kWarps) - 1;
+  const std::int64_t key_end = p.visible_end(last_row);  // keys any row of the block sees
+  const std::int64_t visible = active ? p.visible_end(i) : 0;
+  const T keep_scale = math::dropout_scale<T>(p.dropout_p);
+
+  for (int e = threadIdx.x; e < kWarps * dim; e += blockDim.x) {
+    const std::int64_t row = q0 + e / dim;
+    q_s[e] = row < p.seq_q ? q.row(b, row, h)[e % dim] : T(0);
+  }
+  T acc[kMaxChunks];
+  for (int c = 0; c < kMaxChunks; ++c)
+    acc[c] = T(0);
+  T running_max = negative_infinity<T>(), running_sum = T(0);
+
+  for (std::int64_t k0 = 0; k0 < key_end; k0 += kTile) {
+    __syncthreads();  // the previous tile is consumed
+    const std::int64_t cols = min(std::int64_t(kTile), key_end - k0);
+    for (int e = threadIdx.x; e < kTile * dim; e += blockDim.x) {
+      const int t = e / dim, d = e % dim;
+      k_s[t * ld + d] = t < cols ? k.row(b, k0 + t, hk)[d] : T(0);
+      v_s[t * ld + d] = t < cols ? v.row(b, k0 + t, hk)[d] : T(0);
+    }
+    __syncthreads();
+    if (!active) continue;
+    const std::int64_t j = k0 + lane;
+    const bool sees = lane < kTile && j < visible;
+    const T s = sees ? dot(q_s + warp * dim, k_s + lane * ld, dim) * scale : negative_infinity<T>();
+    const T tile_max = warp_max(s);
+    const T new_max = tile_max > running_max ? tile_max : running_max;
+    if (new_max == negative_infinity<T>()) continue;  // nothing visible to this row yet
+    const T rescale = math::exp_fast(running_max - new_max);
+    const T prob = math::exp_fast(s - new_max);  // 0 where masked
+    running_sum = running_sum * rescale + warp_sum(prob);
+    running_max = new_max;
+    const T dropped = (sees && p.dropout_p > 0) ? prob * p.dropout(b, h, i, j, keep_scale) : prob;
+    for (int c = 0; c < kMaxChunks; ++c)
+      acc[c] *= rescale;
+    for (int t = 0; t < kTile; ++t) {
+      const T pt = __shfl_sync(0xffffffffu, dropped, t);
+      for (int c = 0; c < kMaxChunks; ++c) {
+        const int d = lane + 32 * c;
+        if (d < dim) acc[c] += pt * v_s[t * ld + d];
+      }
+    }
+  }
+  if (!active) return;
+  T* o = out.row(b, i, h);
+  const bool any = running_sum > T(0);
+  const T inv = any ? T(1) / running_sum : T(0);
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int d = lane + 32 * c;
+    if (d < dim) o[d] = any ? acc[c] * inv : T(0);  // no visible key: zero, as a masked row
+  }
+  if (lane == 0)
+    lse.at(b, h, i) = any ? running_max + std::log(running_sum) : negative_infinity<T>();
+}
+
+// ---- backward ---------------------------------------------------------------------------------
+
+// lse as backward uses it: +inf for rows that see no key, so exp(score - lse) is 0 there.
+template <typename T>
+__device__ __forceinline__ T lse_for_backward(T lse) {
+  return lse == negative_infinity<T>() ? -negative_infinity<T>() : lse;
+}
+
+// rowsum(dout * out) per (b, h, i) row, in feature order (as the CPU).
+template <typename T>
+__global__ void row_dot_kernel(Problem p, Bshd<const T> dout, Bshd<const T> out, T* dots) {
+  const std::int64_t rows = p.batch * p.heads_q * p.seq_q;
+  for (std::int64_t r = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; r < rows;
+       r += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t i = r % p.seq_q, bh = r / p.seq_q;
+    const std::int64_t b = bh / p.heads_q, h = bh % p.heads_q;
+    dots[r] = dot(dout.row(b, i, h), out.row(b, i, h), static_cast<int>(p.head_dim));
+  }
+}
+
+// dq for one query row per warp: dq = sum_j dS_ij k_j, dS = P (dP * mask - rowdot) scale.
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    dq_kernel(Problem p, T scale, Bshd<const T> q, Bshd<const T> k, Bshd<const T> v,
+              Bshd<const T> dout, Bhs<const T> lse, const T* row_dots, Bshd<T> dq) {
+  constexpr int kTile = kTileRows<T>;
+  const int dim = static_cast<int>(p.head_dim), ld = dim + 1;
+  T* q_s = shared_as<T>();       // [kWarps][dim]
+  T* do_s = q_s + kWarps * dim;  // [kWarps][dim]
+  T* k_s = do_s + kWarps * dim;  // [kTile][dim + 1]
+  T* v_s = k_s + kTile * ld;     // [kTile][dim + 1]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::int64_t b = blockIdx.z, h = blockIdx.y, q0 = std::int64_t(blockIdx.x) * kWarps;
+  const std::int64_t hk = h / p.group();
+  const std::int64_t i = q0 + warp;
+  const bool active = i < p.seq_q;
+  const std::int64_t key_end = p.visible_end(min(p.seq_q, q0 + kWarps) - 1);
+  const std::int64_t visible = active ? p.visible_end(i) : 0;
+  const T keep_scale = math::dropout_scale<T>(p.dropout_p);
+  const T row_lse = active ? lse_for_backward(lse.at(b, h, i)) : T(0);
+  const T row_dot = active ? row_dots[(b * p.heads_q + h) * p.seq_q + i] : T(0);
+
+  for (int e = threadIdx.x; e < kWarps * dim; e += blockDim.x) {
+    const std::int64_t row = q0 + e / dim;
+    const bool in = row < p.seq_q;
+    q_s[e] = in ? q.row(b, row, h)[e % dim] : T(0);
+    do_s[e] = in ? dout.row(b, row, h)[e % dim] : T(0);
+  }
+  T acc[kMaxChunks];
+  for (int c = 0; c < kMaxChunks; ++c)
+    acc[c] = T(0);
+
+  for (std::int64_t k0 = 0; k0 < key_end; k0 += kTile) {
+    __syncthreads();
+    const std::int64_t cols = min(std::int64_t(kTile), key_end - k0);
+    for (int e = threadIdx.x; e < kTile * dim; e += blockDim.x) {
+      const int t = e / dim, d = e % dim;
+      k_s[t * ld + d] = t < cols ? k.row(b, k0 + t, hk)[d] : T(0);
+      v_s[t * ld + d] = t < cols ? v.row(b, k0 + t, hk)[d] : T(0);
+    }
+    __syncthreads();
+    if (!active) continue;
+    const std::int64_t j = k0 + lane;
+    T ds = T(0);
+    if (lane < kTile && j < visible) {
+      const T prob = math::exp_fast(dot(q_s + warp * dim, k_s + lane * ld, dim) * scale - row_lse);
+      T dprob = dot(do_s + warp * dim, v_s + lane * ld, dim);
+      if (p.dropout_p > 0) dprob *= p.dropout(b, h, i, j, keep_scale);
+      ds = prob * (dprob - row_dot) * scale;
+    }
+    for (int t = 0; t < kTile; ++t) {
+      const T dst = __shfl_sync(0xffffffffu, ds, t);
+      for (int c = 0; c < kMaxChunks; ++c) {
+        const int d = lane + 32 * c;
+        if (d < dim) acc[c] += dst * k_s[t * ld + d];
+      }
+    }
+  }
+  if (!active) return;
+  T* o = dq.row(b, i, h);
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int d = lane + 32 * c;
+    if (d < dim) o[d] = acc[c];
+  }
+}
+
+// dk and dv for one key row per warp of kv head hk, summed over the group's query heads in order:
+// dv = sum_i P_ij mask_ij dout_i, dk = sum_i dS_ij q_i.
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    dkdv_kernel(Problem p, T scale, Bshd<const T> q, Bshd<const T> k, Bshd<const T> v,
+                Bshd<const T> dout, Bhs<const T> lse, const T* row_dots, Bshd<T> dk, Bshd<T> dv) {
+  constexpr int kTile = kTileRows<T>;
+  const int dim = static_cast<int>(p.head_dim), ld = dim + 1;
+  T* k_s = shared_as<T>();       // [kWarps][dim]: this block's keys
+  T* v_s = k_s + kWarps * dim;   // [kWarps][dim]
+  T* q_s = v_s + kWarps * dim;   // [kTile][dim + 1]: a tile of queries
+  T* do_s = q_s + kTile * ld;    // [kTile][dim + 1]
+  T* lse_s = do_s + kTile * ld;  // [kTile]
+  T* dot_s = lse_s + kTile;      // [kTile]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::int64_t b = blockIdx.z, hk = blockIdx.y, k0 = std::int64_t(blockIdx.x) * kWarps;
+  const std::int64_t j = k0 + warp;
+  const bool active = j < p.seq_k;
+  const T keep_scale = math::dropout_scale<T>(p.dropout_p);
+  // The first query that sees key k0; earlier ones see none of this block's keys.
+  const std::int64_t q_begin = p.causal ? max(std::int64_t(0), k0 - p.key_shift()) : 0;
+
+  for (int e = threadIdx.x; e < kWarps * dim; e += blockDim.x) {
+    const std::int64_t row = k0 + e / dim;
+    const bool in = row < p.seq_k;
+    k_s[e] = in ? k.row(b, row, hk)[e % dim] : T(0);
+    v_s[e] = in ? v.row(b, row, hk)[e % dim] : T(0);
+  }
+  T dk_acc[kMaxChunks], dv_acc[kMaxChunks];
+  for (int c = 0; c < kMaxChunks; ++c)
+    dk_acc[c] = T(0), dv_acc[c] = T(0);
+
+  for (std::int64_t g = 0; g < p.group(); ++g) {
+    const std::int64_t h = hk * p.group() + g;
+    for (std::int64_t i0 = q_begin; i0 < p.seq_q; i0 += kTile) {
+      __syncthreads();
+      const std::int64_t rows = min(std::int64_t(kTile), p.seq_q - i0);
+      for (int e = threadIdx.x; e < kTile * dim; e += blockDim.x) {
+        const int t = e / dim, d = e % dim;
+        q_s[t * ld + d] = t < rows ? q.row(b, i0 + t, h)[d] : T(0);
+        do_s[t * ld + d] = t < rows ? dout.row(b, i0 + t, h)[d] : T(0);
+      }
+      for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
+        lse_s[t] = t < rows ? lse_for_backward(lse.at(b, h, i0 + t)) : T(0);
+        dot_s[t] = t < rows ? row_dots[(b * p.heads_q + h) * p.seq_q + i0 + t] : T(0);
+      }
+      __syncthreads();
+      if (!active) continue;
+      const std::int64_t i = i0 + lane;
+      T dropped = T(0), ds = T(0);
+      if (lane < kTile && lane < rows && j < p.visible_end(i)) {
+        const T prob =
+            math::exp_fast(dot(k_s + warp * dim, q_s + lane * ld, dim) * scale - lse_s[lane]);
+        T dprob = dot(v_s + warp * dim, do_s + lane * ld, dim);
+        const T mask = p.dropout_p > 0 ? p.dropout(b, h, i, j, keep_scale) : T(1);
+        dprob *= mask;
+        dropped = prob * mask;
+        ds = prob * (dprob - dot_s[lane]) * scale;
+      }
+      for (int t = 0; t < kTile; ++t) {
+        const T pt = __shfl_sync(0xffffffffu, dropped, t);
+        const T dst = __shfl_sync(0xffffffffu, ds, t);
+        for (int c = 0; c < kMaxChunks; ++c) {
+          const int d = lane + 32 * c;
+          if (d < dim) {
+            dv_acc[c] += pt * do_s[t * ld + d];
+            dk_acc[c] += dst * q_s[t * ld + d];
+          }
+        }
+      }
+    }
+  }
+  if (!active) return;
+  T* ok = dk.row(b, j, hk);
+  T* ov = dv.row(b, j, hk);
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int d = lane + 32 * c;
+    if (d < dim) ok[d] = dk_acc[c], ov[d] = dv_acc[c];
+  }
+}
+
+// ---- host side --------------------------------------------------------------------------------
+
+template <typename T>
+Bshd<T> bshd(const Tensor& t) {
+  return {static_cast<T*>(t.raw_data()), t.stride(0), t.stride(1), t.stride(2)};
+}
+template <typename T>
+Bhs<T> bhs(const Tensor& t) {
+  return {static_cast<T*>(t.raw_data()), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+void check_bshd(const char* op, const char* name, const Tensor& t, const Tensor& q, Device device) {
+  ops::check_rank(op, name, t, 4);
+  ops::check_device(op, name, t, device);
+  ops::check_same_dtype(op, name, t, "q", q);
+  ops::check_last_dim_contiguous(op, name, t);
+}
+
+Problem check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const AttentionParams& params, Device device) {
+  ops::check_rank(op, "q", q, 4);
+  ops::check_device(op, "q", q, device);
+  ops::check_dtype(op, "q", q, {DType::f32, DType::f64});
+  ops::check_last_dim_contiguous(op, "q", q);
+  check_bshd(op, "k", k, q, device);
+  check_bshd(op, "v", v, q, device);
+  const Problem p{q.size(0), q.size(1),     k.size(1),        q.size(2),   k.size(2),
+                  q.size(3), params.causal, params.dropout_p, params.seed, params.offset};
+  if (k.size(0) != p.batch || k.size(3) != p.head_dim) {
+    ops::fail(op, "k must have shape (B=" + std::to_string(p.batch) +
+                      ", Sk, Hkv, D=" + std::to_string(p.head_dim) + ") to match q " +
+                      q.describe() + ", got " + k.describe());
+  }
+  ops::check_same_shape(op, "v", v, "k", k);
+  if (p.head_dim < 1) ops::fail(op, "head dimension D must be at least 1, got " + q.describe());
+  if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0) {
+    ops::fail(op, "query heads (" + std::to_string(p.heads_q) +
+                      ") must be a multiple of key/value heads (" + std::to_string(p.heads_kv) +
+                      "): q " + q.describe() + ", k " + k.describe());
+  }
+  if (!std::isfinite(params.scale)) {
+    ops::fail(op, "scale must be finite, got " + std::to_string(params.scale));
+  }
+  if (!(params.dropout_p >= 0.0f && params.dropout_p < 1.0f)) {
+    ops::fail(op, "dropout_p must be in [0, 1), got " + std::to_string(params.dropout_p));
+  }
+  if (p.head_dim > kMaxHeadDim) {
+    ops::fail(op, "the CUDA attention kernel handles head dimensions up to " +
+                      std::to_string(kMaxHeadDim) + ", got " + q.describe());
+  }
+  if (p.batch > 65535 || p.heads_q > 65535) {
+    ops::fail(op, "batch and head counts must be at most 65535 on CUDA, got " + q.describe());
+  }
+  return p;
+}
+
+void check_lse(const char* op, const Tensor& lse, const Tensor& q, const Problem& p,
+               Device device) {
+  ops::check_device(op, "lse", lse, device);
+  ops::check_shape(op, "lse", lse, {p.batch, p.heads_q, p.seq_q});
+  ops::check_same_dtype(op, "lse", lse, "q", q);
+}
+
+// Launches `kernel` with `bytes` of dynamic shared memory, opting in above the 48 KiB default.
+template <typename Kernel, typename... Args>
+void launch(const char* op, Kernel kernel, dim3 grid, std::size_t bytes, cudaStream_t stream,
+            Args... args) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  if (bytes > 48 * 1024) {
+    MEGATRON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(bytes)));
+  }
+  kernel<<<grid, kWarps * 32, bytes, stream>>>(args...);
+  check_launch(op);
+}
+
+unsigned blocks_of(std::int64_t n) {
+  return static_cast<unsigned>((n + kWarps - 1) / kWarps);
+}
+
+}  // namespace
+
+void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionParams& params, Tensor& out, Tensor& lse) {
+  constexpr const char* op = "attention_forward";
+  const Device here = device();
+  const Problem p = check_inputs(op, q, k, v, params, here);
+  check_bshd(op, "out", out, q, here);
+  ops::check_same_shape(op, "out", out, "q", q);
+  check_lse(op, lse, q, p, here);
+  if (out.numel() == 0 && lse.numel() == 0) return;
+  DeviceGuard guard(ordinal_);
+  dispatch_float(op, q.dtype(), [&]<typename T>() {
+    const std::size_t bytes =
+        sizeof(T) *
+        static_cast<std::size_t>(kWarps * p.head_dim + 2 * kTileRows<T> * (p.head_dim + 1));
+    const dim3 grid(blocks_of(p.seq_q), static_cast<unsigned>(p.heads_q),
+                    static_cast<unsigned>(p.batch));
+    launch(op, forward_kernel<T>, grid, bytes, stream_, p, static_cast<T>(params.scale),
+           bshd<const T>(q), bshd<const T>(k), bshd<const T>(v), bshd<T>(out), bhs<T>(lse));
+  });
+}
+
+void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, const Tensor& out, const Tensor& lse,
+                                     const AttentionParams& params, Tensor& dq, Tensor& dk,
+                                     Tensor& dv) {
+  constexpr const char* op = "attention_backward";
+  const Device here = device();
+  const Problem p = check_inputs(op, q, k, v, params, here);
+  check_bshd(op, "dout", dout, q, here);
+  ops::check_same_shape(op, "dout", dout, "q", q);
+  check_bshd(op, "out", out, q, here);
+  ops::check_same_shape(op, "out", out, "q", q);
+  check_lse(op, lse, q, p, here);
+  check_bshd(op, "dq", dq, q, here);
+  ops::check_same_shape(op, "dq", dq, "q", q);
+  check_bshd(op, "dk", dk, q, here);
+  ops::check_same_shape(op, "dk", dk, "k", k);
+  check_bshd(op, "dv", dv, q, here);
+  ops::check_same_shape(op, "dv", dv, "v", v);
+  if (dq.numel() == 0 && dk.numel() == 0) return;
+  DeviceGuard guard(ordinal_);
+  dispatch_float(op, q.dtype(), [&]<typename T>() {
+    const T scale = static_cast<T>(params.scale);
+    const std::int64_t rows = p.batch * p.heads_q * p.seq_q;
+    Tensor dots = Tensor::empty({std::max<std::int64_t>(rows, 1)}, q.dtype(), here);
+    T* row_dots = static_cast<T*>(dots.raw_data());
+    if (rows > 0) {
+      row_dot_kernel<T><<<grid_for(rows), kThreads, 0, stream_>>>(p, bshd<const T>(dout),
+                                                                  bshd<const T>(out), row_dots);
+      check_launch(op);
+    }
+    const std::size_t tile = static_cast<std::size_t>(kTileRows<T>);
+    const std::size_t dim = static_cast<std::size_t>(p.head_dim);
+    const std::size_t dq_bytes = sizeof(T) * (2 * kWarps * dim + 2 * tile * (dim + 1));
+    launch(
+        op, dq_kernel<T>,
+        dim3(blocks_of(p.seq_q), static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch)),
+        dq_bytes, stream_, p, scale, bshd<const T>(q), bshd<const T>(k), bshd<const T>(v),
+        bshd<const T>(dout), bhs<const T>(lse), static_cast<const T*>(row_dots), bshd<T>(dq));
+    const std::size_t dkdv_bytes = sizeof(T) * (2 * kWarps * dim + 2 * tile * (dim + 1) + 2 * tile);
+    launch(
+        op, dkdv_kernel<T>,
+        dim3(blocks_of(p.seq_k), static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch)),
+        dkdv_bytes, stream_, p, scale, bshd<const T>(q), bshd<const T>(k), bshd<const T>(v),
+        bshd<const T>(dout), bhs<const T>(lse), static_cast<const T*>(row_dots), bshd<T>(dk),
+        bshd<T>(dv));
+  });
+}
+
+}  // namespace megatron::cuda

@@ -1,0 +1,39 @@
+// The Tokenizer base, the --tokenizer-type factory and Megatron's vocabulary padding.
+#include "megatron/tokenizer/tokenizer.h"
+
+#include "megatron/error.h"
+#include "megatron/tokenizer/gpt2_bpe_tokenizer.h"
+
+namespace megatron {
+
+Tokenizer::~Tokenizer() = default;
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text) const {
+  std::vector<TokenId> ids;
+  encode(text, ids);
+  return ids;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(std::string_view type, const TokenizerFiles& files) {
+  if (type == "GPT2BPETokenizer") {
+    if (files.vocab_file.empty()) throw UsageError("GPT2BPETokenizer needs --vocab-file");
+    if (files.merge_file.empty()) throw UsageError("GPT2BPETokenizer needs --merge-file");
+    return std::make_unique<Gpt2BpeTokenizer>(files.vocab_file, files.merge_file);
+  }
+  throw UsageError("unknown tokenizer type '" + std::string(type) +
+                   "'; supported: GPT2BPETokenizer");
+}
+
+std::int64_t padded_vocab_size(std::int64_t vocab_size, std::int64_t divisible_by,
+                               std::int64_t tensor_parallel_size) {
+  if (vocab_size <= 0 || divisible_by <= 0 || tensor_parallel_size <= 0) {
+    throw Error("padded_vocab_size: vocab size (" + std::to_string(vocab_size) +
+                "), make_vocab_size_divisible_by (" + std::to_string(divisible_by) +
+                ") and tensor-parallel size (" + std::to_string(tensor_parallel_size) +
+                ") must all be positive");
+  }
+  const std::int64_t multiple = divisible_by * tensor_parallel_size;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace megatron
