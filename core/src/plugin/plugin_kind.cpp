@@ -1,5 +1,8 @@
 // Names of plugin kinds and the config tables that select them.
 #include "megatron/plugin.h"
+#include "megatron/dataset.h"
+#include "megatron/model.h"
+#include "megatron/optimizer.h"
 #include "megatron/task.h"
 
 namespace megatron {
@@ -7,6 +10,9 @@ namespace megatron {
 // Out of line so the vtables and type_info live in the core, shared by host and plugins.
 Plugin::~Plugin() = default;
 Task::~Task() = default;
+Model::~Model() = default;
+Optimizer::~Optimizer() = default;
+Dataset::~Dataset() = default;
 
 const char* plugin_kind_name(PluginKind kind) {
   switch (kind) {
