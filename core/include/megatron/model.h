@@ -34,6 +34,7 @@ struct StepOptions {
   // Distinguishes dropout streams: the same (iteration, micro_batch) gives the same masks,
   // including when a layer is recomputed.
   std::uint64_t dropout_offset = 0;
+  std::uint64_t dropout_seed = 1234;  // [training] seed, or the checkpoint's on resume
 };
 
 struct StepResult {

@@ -134,6 +134,21 @@ Tensor Tensor::slice(int d, std::int64_t start, std::int64_t length) const {
   return t;
 }
 
+Tensor Tensor::unflatten(int d, std::int64_t outer, std::int64_t inner) const {
+  const int n = normalize_dim(d, dim());
+  if (outer < 0 || inner < 0 || outer * inner != shape_[n]) {
+    throw Error("unflatten(dim " + std::to_string(d) + ", " + std::to_string(outer) + " x " +
+                std::to_string(inner) + ") does not match " + describe());
+  }
+  Tensor t = *this;
+  const std::int64_t stride = strides_[n];
+  t.shape_[n] = inner;
+  t.strides_[n] = stride;
+  t.shape_.insert(t.shape_.begin() + n, outer);
+  t.strides_.insert(t.strides_.begin() + n, stride * inner);
+  return t;
+}
+
 Tensor Tensor::select(int d, std::int64_t index) const {
   const int n = normalize_dim(d, dim());
   Tensor t = slice(n, index, 1);

@@ -100,6 +100,8 @@ class Tensor {
   Tensor transpose(int d0, int d1) const;
   Tensor permute(const std::vector<int>& order) const;
   Tensor unsqueeze(int dim) const;
+  // Splits dimension `dim` of size outer * inner into (outer, inner); valid for any strides.
+  Tensor unflatten(int dim, std::int64_t outer, std::int64_t inner) const;
 
   // Copies (host tensors; device tensors go through a Backend).
   Tensor contiguous() const;  // this when already contiguous

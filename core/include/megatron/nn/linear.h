@@ -1,0 +1,23 @@
+// A linear layer in Megatron's weight layout: y = x W^T + b with W (out, in).
+#pragma once
+
+#include <string>
+
+#include "megatron/nn/init.h"
+
+namespace megatron::nn {
+
+struct Linear {
+  Parameter* weight = nullptr;  // (out, in)
+  Parameter* bias = nullptr;    // (out) or none
+
+  static Linear declare(ParamFactory& factory, const std::string& prefix, std::int64_t in,
+                        std::int64_t out, bool bias, float init_std);
+
+  // x (rows, in) -> y (rows, out).
+  void forward(Backend& backend, const Tensor& x, Tensor& y) const;
+  // Accumulates dW and db; dx (rows, in) is overwritten when not null.
+  void backward(Backend& backend, const Tensor& x, const Tensor& dy, Tensor* dx) const;
+};
+
+}  // namespace megatron::nn

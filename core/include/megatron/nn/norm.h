@@ -1,0 +1,31 @@
+// LayerNorm or RMSNorm over the hidden dimension, with the statistics backward needs.
+#pragma once
+
+#include <string>
+
+#include "megatron/nn/init.h"
+
+namespace megatron::nn {
+
+enum class NormKind { layernorm, rmsnorm };
+
+struct Norm {
+  NormKind kind = NormKind::layernorm;
+  float eps = 1e-5f;
+  Parameter* weight = nullptr;
+  Parameter* bias = nullptr;  // LayerNorm only
+
+  struct Saved {
+    Tensor mean, rstd;
+  };
+
+  static Norm declare(ParamFactory& factory, const std::string& prefix, std::int64_t hidden,
+                      NormKind kind, float eps);
+  // x, y (rows, hidden).
+  void forward(Backend& backend, const Tensor& x, Tensor& y, Saved& saved) const;
+  // dx overwritten; parameter gradients accumulated.
+  void backward(Backend& backend, const Tensor& dy, const Tensor& x, const Saved& saved,
+                Tensor& dx) const;
+};
+
+}  // namespace megatron::nn

@@ -1,0 +1,47 @@
+// One pre-norm transformer layer: x += Dropout(Attn(LN1(x))); x += Dropout(MLP(LN2(x))).
+#pragma once
+
+#include <string>
+
+#include "megatron/nn/attention.h"
+#include "megatron/nn/mlp.h"
+#include "megatron/nn/norm.h"
+
+namespace megatron::nn {
+
+class TransformerLayer {
+ public:
+  // Activations backward needs; empty after a forward without `keep` (recomputed layers).
+  struct Saved {
+    Tensor x;  // input (S, B, h)
+    Norm::Saved norm1;
+    Tensor ln1;  // (S, B, h)
+    SelfAttention::Saved attention;
+    Tensor x1;  // after the attention residual
+    Norm::Saved norm2;
+    Tensor ln2;
+    Mlp::Saved mlp;
+    bool valid = false;
+  };
+
+  // `index` numbers the layer's dropout sites.
+  void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config,
+               std::int64_t index);
+  // x, y (S, B, h); saved is filled only when `keep`.
+  void forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary, Tensor& y,
+               Saved& saved, bool keep) const;
+  // Needs a saved forward; dx (S, B, h) overwritten; releases `saved`.
+  void backward(const LayerContext& ctx, const Tensor& dy, const RotaryTables* rotary,
+                Saved& saved, Tensor& dx) const;
+
+  Norm input_layernorm, pre_mlp_layernorm;
+  SelfAttention self_attention;
+  Mlp mlp;
+
+ private:
+  std::uint64_t site(int k) const { return 1 + 3 * static_cast<std::uint64_t>(index_) + k; }
+  TransformerConfig config_;
+  std::int64_t index_ = 0;
+};
+
+}  // namespace megatron::nn

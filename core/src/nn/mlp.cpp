@@ -1,0 +1,44 @@
+// MLP forward and backward.
+#include "megatron/nn/mlp.h"
+
+namespace megatron::nn {
+
+void Mlp::declare(ParamFactory& factory, const std::string& prefix,
+                  const TransformerConfig& config) {
+  config_ = config;
+  const std::int64_t fc1_out = config.swiglu ? 2 * config.ffn_hidden_size : config.ffn_hidden_size;
+  fc1 = Linear::declare(factory, prefix + ".linear_fc1", config.hidden_size, fc1_out,
+                        config.add_bias_linear, config.init_method_std);
+  fc2 = Linear::declare(factory, prefix + ".linear_fc2", config.ffn_hidden_size,
+                        config.hidden_size, config.add_bias_linear, config.output_init_std());
+}
+
+void Mlp::forward(const LayerContext& ctx, const Tensor& x, Tensor& y, Saved& saved) const {
+  Backend& be = ctx.backend;
+  const std::int64_t rows = x.size(0), f = config_.ffn_hidden_size;
+  saved.fc1_out = be.empty({rows, config_.swiglu ? 2 * f : f}, x.dtype());
+  fc1.forward(be, x, saved.fc1_out);
+  saved.act_out = be.empty({rows, f}, x.dtype());
+  if (config_.swiglu) {
+    be.swiglu_forward(saved.fc1_out, saved.act_out);
+  } else {
+    be.gelu_forward(saved.fc1_out, saved.act_out, config_.gelu);
+  }
+  fc2.forward(be, saved.act_out, y);
+}
+
+void Mlp::backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy, const Saved& saved,
+                   Tensor& dx) const {
+  Backend& be = ctx.backend;
+  Tensor dact = be.empty(saved.act_out.shape(), x.dtype());
+  fc2.backward(be, saved.act_out, dy, &dact);
+  Tensor dfc1 = be.empty(saved.fc1_out.shape(), x.dtype());
+  if (config_.swiglu) {
+    be.swiglu_backward(dact, saved.fc1_out, dfc1);
+  } else {
+    be.gelu_backward(dact, saved.fc1_out, dfc1, config_.gelu);
+  }
+  fc1.backward(be, x, dfc1, &dx);
+}
+
+}  // namespace megatron::nn

@@ -1,0 +1,40 @@
+// LayerNorm / RMSNorm forward and backward.
+#include "megatron/nn/norm.h"
+
+namespace megatron::nn {
+
+Norm Norm::declare(ParamFactory& factory, const std::string& prefix, std::int64_t hidden,
+                   NormKind kind, float eps) {
+  Norm n;
+  n.kind = kind;
+  n.eps = eps;
+  n.weight = &factory.declare(prefix + ".weight", {hidden}, ParamInit::ones, 0, false);
+  if (kind == NormKind::layernorm)
+    n.bias = &factory.declare(prefix + ".bias", {hidden}, ParamInit::zeros, 0, false);
+  return n;
+}
+
+void Norm::forward(Backend& backend, const Tensor& x, Tensor& y, Saved& saved) const {
+  const DType stat = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Shape rows = {x.size(0)};
+  saved.rstd = backend.empty(rows, stat);
+  if (kind == NormKind::layernorm) {
+    saved.mean = backend.empty(rows, stat);
+    backend.layernorm_forward(x, weight->value, bias ? &bias->value : nullptr, eps, y, saved.mean,
+                              saved.rstd);
+  } else {
+    backend.rmsnorm_forward(x, weight->value, eps, y, saved.rstd);
+  }
+}
+
+void Norm::backward(Backend& backend, const Tensor& dy, const Tensor& x, const Saved& saved,
+                    Tensor& dx) const {
+  if (kind == NormKind::layernorm) {
+    backend.layernorm_backward(dy, x, weight->value, saved.mean, saved.rstd, dx, weight->grad,
+                               bias ? &bias->grad : nullptr, true);
+  } else {
+    backend.rmsnorm_backward(dy, x, weight->value, saved.rstd, dx, weight->grad, true);
+  }
+}
+
+}  // namespace megatron::nn

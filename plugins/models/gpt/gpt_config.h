@@ -1,0 +1,33 @@
+// The [model] table of the GPT plugin: Megatron's argument names, defaults and consistency rules.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "megatron/config/schema.h"
+#include "megatron/config/table.h"
+#include "megatron/nn/transformer_config.h"
+
+namespace megatron::gpt {
+
+enum class PositionEmbedding { learned_absolute, rope, none };
+enum class Recompute { none, selective, full };
+enum class RecomputeMethod { uniform, block };
+
+struct GptConfig {
+  nn::TransformerConfig transformer;
+  PositionEmbedding position_embedding = PositionEmbedding::learned_absolute;
+  std::int64_t max_position_embeddings = 0;  // 0: the sequence length
+  double rotary_percent = 1.0;
+  double rotary_base = 10000;
+  bool untie_embeddings_and_output_weights = false;
+  std::int64_t make_vocab_size_divisible_by = 128;
+  Recompute recompute_granularity = Recompute::none;
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  std::int64_t recompute_num_layers = 1;
+};
+
+void declare_gpt_config(config::TableSchema& schema);
+GptConfig parse_gpt_config(const config::ConfigTable& table);
+
+}  // namespace megatron::gpt

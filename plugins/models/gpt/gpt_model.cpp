@@ -1,0 +1,166 @@
+// GPT forward and backward over one micro-batch, in Megatron's (S, B, h) activation layout.
+#include "gpt_model.h"
+
+#include <sstream>
+
+#include "megatron/error.h"
+#include "megatron/nn/lm_loss.h"
+#include "megatron/tokenizer/tokenizer.h"
+
+namespace megatron::gpt {
+
+void GptModel::build(const ModelBuildInfo& info) {
+  info_ = info;
+  const nn::TransformerConfig& tc = config_.transformer;
+  padded_vocab_ = megatron::padded_vocab_size(info.vocab_size, config_.make_vocab_size_divisible_by, 1);
+  std::int64_t max_pos = config_.max_position_embeddings;
+  if (max_pos == 0) max_pos = info.seq_length;
+  if (info.seq_length > max_pos) {
+    throw ConfigError("[model] max_position_embeddings " + std::to_string(max_pos) +
+                      " is smaller than the data's seq_length " + std::to_string(info.seq_length));
+  }
+
+  nn::ParamFactory factory{params_, info.device, info.param_dtype};
+  const bool learned = config_.position_embedding == PositionEmbedding::learned_absolute;
+  embedding_.declare(factory, "embedding", padded_vocab_, tc.hidden_size, learned ? max_pos : 0,
+                     tc.init_method_std, tc.hidden_dropout);
+  layers_.resize(static_cast<std::size_t>(tc.num_layers));
+  for (std::int64_t i = 0; i < tc.num_layers; ++i) {
+    layers_[static_cast<std::size_t>(i)].declare(factory, "decoder.layers." + std::to_string(i),
+                                                 tc, i);
+  }
+  final_layernorm_ = nn::Norm::declare(factory, "decoder.final_layernorm", tc.hidden_size,
+                                       tc.normalization, tc.norm_epsilon);
+  if (config_.untie_embeddings_and_output_weights) {
+    output_layer_ = &factory.declare("output_layer.weight", {padded_vocab_, tc.hidden_size},
+                                     ParamInit::normal, tc.init_method_std);
+  }
+  if (tc.rotary_dim > 0 && !info.device.is_meta()) {
+    rotary_ = nn::make_rotary_tables(info.seq_length, tc.rotary_dim, config_.rotary_base,
+                                     info.param_dtype);
+  }
+  chunks_ = plan_chunks();
+  if (!info.device.is_meta()) nn::initialize_parameters(backend_for(info.device), params_, info.seed);
+}
+
+std::vector<GptModel::Chunk> GptModel::plan_chunks() const {
+  const std::int64_t layers = config_.transformer.num_layers, n = config_.recompute_num_layers;
+  std::vector<Chunk> chunks;
+  const bool full = config_.recompute_granularity == Recompute::full;
+  if (full && config_.recompute_method == RecomputeMethod::uniform) {
+    for (std::int64_t b = 0; b < layers; b += n)
+      chunks.push_back({b, std::min(layers, b + n), true});
+  } else {
+    // Block: the first n layers are recomputed one by one; selective recomputes nothing here
+    // because the fused attention never stores the S x S probabilities Megatron's selective
+    // mode exists to drop.
+    for (std::int64_t i = 0; i < layers; ++i)
+      chunks.push_back({i, i + 1, full && i < n});
+  }
+  return chunks;
+}
+
+Parameter& GptModel::output_weight() {
+  return output_layer_ ? *output_layer_ : *embedding_.word_embeddings;
+}
+
+StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
+  Backend& be = backend_for(info_.device);
+  const nn::LayerContext ctx{be, options.training, options.dropout_seed, options.dropout_offset};
+  const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
+  const std::int64_t h = config_.transformer.hidden_size;
+  const DType dt = info_.param_dtype;
+  const nn::RotaryTables* rotary = rotary_ ? &*rotary_ : nullptr;
+  if (rotary && rotary->cos.size(0) != s) {
+    throw Error("GPT: rotary tables built for sequence length " +
+                std::to_string(rotary->cos.size(0)) + ", batch has " + std::to_string(s));
+  }
+
+  // Megatron's layout: (S, B) tokens, row s * B + b.
+  Tensor ids = be.empty({s, b}, DType::i32);
+  be.copy(batch.tokens.transpose(0, 1).contiguous(), ids);
+  Tensor labels = be.empty({rows}, DType::i32);
+  be.copy(batch.labels.transpose(0, 1).contiguous().view({rows}), labels);
+  const Tensor mask = batch.loss_mask.transpose(0, 1).contiguous().view({rows});
+
+  std::vector<nn::TransformerLayer::Saved> saved(layers_.size());
+  std::vector<Tensor> chunk_inputs(chunks_.size());
+  Tensor x = be.empty({s, b, h}, dt);
+  embedding_.forward(ctx, ids, 0, x);
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    chunk_inputs[c] = x;
+    const bool keep = options.backward && !chunks_[c].recompute;
+    for (std::int64_t l = chunks_[c].begin; l < chunks_[c].end; ++l) {
+      Tensor y = be.empty({s, b, h}, dt);
+      layers_[static_cast<std::size_t>(l)].forward(ctx, x, rotary, y,
+                                                   saved[static_cast<std::size_t>(l)], keep);
+      x = y;
+    }
+  }
+  const Tensor x_rows = x.view({rows, h});
+  Tensor normed = be.empty({rows, h}, dt);
+  nn::Norm::Saved final_saved;
+  final_layernorm_.forward(be, x_rows, normed, final_saved);
+
+  Tensor dnormed;
+  if (options.backward) dnormed = be.empty({rows, h}, dt);
+  const nn::LmLossResult loss = nn::lm_loss(be, normed, output_weight(), labels, mask,
+                                            options.loss_scale,
+                                            options.backward ? &dnormed : nullptr);
+  StepResult result{loss.loss_sum, loss.token_count};
+  if (!options.backward) return result;
+
+  Tensor dy = be.empty({s, b, h}, dt);
+  Tensor dy_rows = dy.view({rows, h});
+  final_layernorm_.backward(be, dnormed, x_rows, final_saved, dy_rows);
+  for (std::size_t c = chunks_.size(); c-- > 0;) {
+    const Chunk& chunk = chunks_[c];
+    if (chunk.recompute) {
+      Tensor xin = chunk_inputs[c];
+      for (std::int64_t l = chunk.begin; l < chunk.end; ++l) {
+        Tensor y = be.empty({s, b, h}, dt);
+        layers_[static_cast<std::size_t>(l)].forward(ctx, xin, rotary, y,
+                                                     saved[static_cast<std::size_t>(l)], true);
+        xin = y;
+      }
+    }
+    chunk_inputs[c] = Tensor();
+    for (std::int64_t l = chunk.end; l-- > chunk.begin;) {
+      Tensor dx = be.empty({s, b, h}, dt);
+      layers_[static_cast<std::size_t>(l)].backward(ctx, dy, rotary,
+                                                    saved[static_cast<std::size_t>(l)], dx);
+      dy = dx;
+    }
+  }
+  embedding_.backward(ctx, ids, 0, dy);
+  return result;
+}
+
+double GptModel::flops_per_iteration(std::int64_t samples) const {
+  // Megatron's num_floating_point_operations (training.py): forward + backward = 3 x forward,
+  // 2 FLOPs per multiply-add, causal attention counted at half.
+  const nn::TransformerConfig& tc = config_.transformer;
+  const double gbs = static_cast<double>(samples), s = static_cast<double>(info_.seq_length);
+  const double l = static_cast<double>(tc.num_layers), h = static_cast<double>(tc.hidden_size);
+  const double np = static_cast<double>(tc.num_attention_heads);
+  const double ng = static_cast<double>(tc.num_query_groups);
+  const double q_ratio = static_cast<double>(tc.kv_channels) * np / h;
+  const double glu = tc.swiglu ? 1.5 : 1.0;
+  const double ffn = static_cast<double>(tc.ffn_hidden_size);
+  return 12.0 * gbs * s * l * h * h *
+             ((1.0 + ng / np + s / h / 2.0) * q_ratio + ffn / h * glu) +
+         6.0 * gbs * s * h * static_cast<double>(padded_vocab_);
+}
+
+std::string GptModel::describe() const {
+  const nn::TransformerConfig& tc = config_.transformer;
+  std::ostringstream out;
+  out << "GPT: " << tc.num_layers << " layers, hidden " << tc.hidden_size << ", "
+      << tc.num_attention_heads << " heads (" << tc.num_query_groups << " query groups, kv "
+      << tc.kv_channels << "), ffn " << tc.ffn_hidden_size << (tc.swiglu ? " swiglu" : " gelu")
+      << ", vocab " << info_.vocab_size << " padded to " << padded_vocab_ << ", seq "
+      << info_.seq_length << ", " << params_.numel() << " parameters";
+  return out.str();
+}
+
+}  // namespace megatron::gpt

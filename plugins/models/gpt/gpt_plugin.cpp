@@ -1,0 +1,20 @@
+// The `gpt` model plugin's descriptor.
+#include "gpt_model.h"
+
+namespace {
+
+std::unique_ptr<megatron::Plugin> create(megatron::PluginContext& ctx) {
+  return std::make_unique<megatron::gpt::GptModel>(megatron::gpt::parse_gpt_config(ctx.config));
+}
+
+const megatron::PluginDescriptor* describe() {
+  static const megatron::PluginDescriptor descriptor = megatron::make_plugin_descriptor(
+      megatron::PluginKind::model, "gpt", "1.0.0",
+      "Megatron-core GPT (learned or rotary positions, GQA, GeLU/SwiGLU, LayerNorm/RMSNorm)",
+      megatron::gpt::declare_gpt_config, create);
+  return &descriptor;
+}
+
+}  // namespace
+
+MEGATRON_PLUGIN(describe)

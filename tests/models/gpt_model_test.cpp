@@ -1,0 +1,206 @@
+// GPT model: fp64 finite-difference gradients for every parameter tensor, recomputation giving
+// identical gradients, dropout streams, parameter names and counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "gpt_model.h"
+#include "megatron/nn/init.h"
+
+namespace megatron::gpt {
+namespace {
+
+GptConfig tiny_config() {
+  GptConfig c;
+  nn::TransformerConfig& t = c.transformer;
+  t.num_layers = 2;
+  t.hidden_size = 16;
+  t.num_attention_heads = 4;
+  t.num_query_groups = 4;
+  t.kv_channels = 4;
+  t.ffn_hidden_size = 24;
+  t.hidden_dropout = 0;
+  t.attention_dropout = 0;
+  t.init_method_std = 0.2f;  // large enough that every path carries a visible gradient
+  c.make_vocab_size_divisible_by = 8;
+  return c;
+}
+
+Batch make_batch(std::int64_t b, std::int64_t s, std::int64_t vocab, unsigned seed,
+                 bool partial_mask) {
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b * s)), labels(tokens.size());
+  std::vector<float> mask(tokens.size(), 1.0f);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
+    labels[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
+    if (partial_mask && i % 3 == 1) mask[i] = 0.0f;
+  }
+  return {Tensor::from(tokens, {b, s}), Tensor::from(labels, {b, s}), Tensor::from(mask, {b, s})};
+}
+
+std::unique_ptr<GptModel> build(const GptConfig& c, DType dtype, std::int64_t vocab,
+                                std::int64_t seq) {
+  auto m = std::make_unique<GptModel>(c);
+  ModelBuildInfo info;
+  info.vocab_size = vocab;
+  info.seq_length = seq;
+  info.param_dtype = dtype;
+  info.seed = 77;
+  m->build(info);
+  return m;
+}
+
+double mean_loss(GptModel& m, const Batch& batch) {
+  StepOptions o;
+  o.backward = false;
+  o.training = false;
+  const StepResult r = m.step(batch, o);
+  return r.loss_sum / r.token_count;
+}
+
+// Central differences on a few elements of every parameter tensor, in fp64.
+void check_gradients(const GptConfig& c, bool partial_mask) {
+  const std::int64_t vocab = 37, seq = 5;
+  auto m = build(c, DType::f64, vocab, seq);
+  const Batch batch = make_batch(2, seq, vocab, 5, partial_mask);
+  StepOptions o;
+  o.training = false;
+  m->step(batch, o);
+  const double h = 1e-6;
+  std::mt19937 rng(3);
+  for (auto& p : m->parameters()) {
+    double* v = p->value.data<double>();
+    const double* g = p->grad.data<double>();
+    const std::int64_t n = p->value.numel();
+    for (int k = 0; k < 4; ++k) {
+      const auto i = static_cast<std::int64_t>(rng() % static_cast<unsigned>(n));
+      const double saved = v[i];
+      v[i] = saved + h;
+      const double plus = mean_loss(*m, batch);
+      v[i] = saved - h;
+      const double minus = mean_loss(*m, batch);
+      v[i] = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      EXPECT_NEAR(g[i], numeric, 1e-7 + 1e-5 * std::abs(numeric))
+          << p->name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(GptModel, GradientsLearnedLayerNormGeluTied) { check_gradients(tiny_config(), false); }
+
+TEST(GptModel, GradientsRopeRmsNormSwigluUntiedGqaNoBias) {
+  GptConfig c = tiny_config();
+  c.transformer.num_query_groups = 2;
+  c.transformer.normalization = nn::NormKind::rmsnorm;
+  c.transformer.swiglu = true;
+  c.transformer.add_bias_linear = false;
+  c.transformer.add_qkv_bias = false;
+  c.transformer.rotary_dim = 4;
+  c.position_embedding = PositionEmbedding::rope;
+  c.untie_embeddings_and_output_weights = true;
+  check_gradients(c, true);
+}
+
+TEST(GptModel, GradientsPartialRotaryKvChannelsAndErfGelu) {
+  GptConfig c = tiny_config();
+  c.transformer.kv_channels = 6;  // heads x kv_channels != hidden
+  c.transformer.num_query_groups = 1;
+  c.transformer.gelu = GeluApproximation::none;
+  c.transformer.rotary_dim = 2;
+  c.position_embedding = PositionEmbedding::rope;
+  check_gradients(c, true);
+}
+
+std::vector<std::vector<float>> gradients(GptModel& m) {
+  std::vector<std::vector<float>> out;
+  for (auto& p : m.parameters())
+    out.push_back(p->grad.to_vector<float>());
+  return out;
+}
+
+// Recomputed layers rerun the same ops with the same dropout streams: identical bits.
+TEST(GptModel, RecomputationGivesIdenticalGradients) {
+  GptConfig base = tiny_config();
+  base.transformer.num_layers = 4;
+  base.transformer.hidden_dropout = 0.1f;
+  base.transformer.attention_dropout = 0.1f;
+  const Batch batch = make_batch(2, 8, 37, 9, true);
+  StepOptions o;
+  o.dropout_offset = 12;
+  auto reference = build(base, DType::f32, 37, 8);
+  const StepResult r0 = reference->step(batch, o);
+  const auto g0 = gradients(*reference);
+  for (auto method : {RecomputeMethod::uniform, RecomputeMethod::block}) {
+    for (std::int64_t n : {1, 2, 3}) {
+      GptConfig c = base;
+      c.recompute_granularity = Recompute::full;
+      c.recompute_method = method;
+      c.recompute_num_layers = n;
+      auto m = build(c, DType::f32, 37, 8);
+      const StepResult r = m->step(batch, o);
+      EXPECT_EQ(r.loss_sum, r0.loss_sum);
+      EXPECT_EQ(gradients(*m), g0) << "method " << int(method) << " n " << n;
+    }
+  }
+}
+
+TEST(GptModel, DropoutStreamsAreDeterministicAndDistinct) {
+  GptConfig c = tiny_config();
+  c.transformer.hidden_dropout = 0.2f;
+  c.transformer.attention_dropout = 0.2f;
+  auto m = build(c, DType::f32, 37, 8);
+  const Batch batch = make_batch(2, 8, 37, 1, false);
+  StepOptions o;
+  o.backward = false;
+  o.dropout_offset = 5;
+  const double a = m->step(batch, o).loss_sum, b = m->step(batch, o).loss_sum;
+  o.dropout_offset = 6;
+  const double c6 = m->step(batch, o).loss_sum;
+  o.training = false;
+  const double eval = m->step(batch, o).loss_sum;
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c6);
+  EXPECT_NE(a, eval);
+}
+
+TEST(GptModel, MegatronParameterNamesAndClosedFormCount) {
+  GptConfig c = tiny_config();
+  c.transformer.ffn_hidden_size = 64;  // 4h
+  auto m = build(c, DType::f32, 37, 8);
+  const std::int64_t h = 16, L = 2, V = 40, P = 8;
+  // Megatron's count: V h + P h + L (12 h^2 + 13 h) + 2 h for a tied, biased, 4h-MLP GPT.
+  EXPECT_EQ(m->parameters().numel(), V * h + P * h + L * (12 * h * h + 13 * h) + 2 * h);
+  for (const char* name :
+       {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
+        "decoder.layers.0.input_layernorm.weight", "decoder.layers.0.input_layernorm.bias",
+        "decoder.layers.1.self_attention.linear_qkv.weight",
+        "decoder.layers.1.self_attention.linear_qkv.bias",
+        "decoder.layers.1.self_attention.linear_proj.weight",
+        "decoder.layers.1.pre_mlp_layernorm.weight", "decoder.layers.1.mlp.linear_fc1.weight",
+        "decoder.layers.1.mlp.linear_fc2.bias", "decoder.final_layernorm.weight"}) {
+    EXPECT_NE(m->parameters().find(name), nullptr) << name;
+  }
+  EXPECT_EQ(m->parameters().find("output_layer.weight"), nullptr);
+  EXPECT_EQ(m->parameters().find("decoder.layers.0.self_attention.linear_qkv.weight")->global_shape,
+            (Shape{3 * h, h}));
+  EXPECT_FALSE(m->parameters().find("decoder.layers.0.mlp.linear_fc1.bias")->weight_decay);
+  EXPECT_TRUE(m->parameters().find("decoder.layers.0.mlp.linear_fc1.weight")->weight_decay);
+}
+
+TEST(GptModel, MetaDeviceDeclaresWithoutAllocating) {
+  GptConfig c = tiny_config();
+  auto m = std::make_unique<GptModel>(c);
+  ModelBuildInfo info;
+  info.vocab_size = 50257;
+  info.seq_length = 16;
+  info.device = Device::meta();
+  m->build(info);
+  EXPECT_EQ(m->padded_vocab_size(), 50264);  // multiple of 8
+  EXPECT_TRUE(m->parameters()[0].value.device().is_meta());
+}
+
+}  // namespace
+}  // namespace megatron::gpt
