@@ -14,7 +14,10 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"train", run_train, "run the job in the config: train a model or run its [task] (default)"},
       {"plugins", run_plugins, "list the plugins found, with versions, and the files refused"},
+      {"plan", run_plan, "report per-rank parameters, memory and FLOPs of the config's model"},
       {"preprocess", run_preprocess, "tokenize loose JSON lines into a Megatron indexed dataset"},
+      {"inspect", run_inspect, "show a checkpoint's tensors and statistics, or diff two"},
+      {"data", run_data, "print the samples of a split in the order training consumes them"},
   };
   return table;
 }

@@ -18,7 +18,10 @@ struct Command {
 
 int run_train(MpiRuntime& runtime, const std::vector<std::string>& args);
 int run_plugins(MpiRuntime& runtime, const std::vector<std::string>& args);
+int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args);
 int run_preprocess(MpiRuntime& runtime, const std::vector<std::string>& args);
+int run_inspect(MpiRuntime& runtime, const std::vector<std::string>& args);
+int run_data(MpiRuntime& runtime, const std::vector<std::string>& args);
 
 const std::vector<Command>& commands();
 

@@ -6,7 +6,12 @@
 #include "megatron/backend/backend.h"
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
+#include "megatron/dataset.h"
+#include "megatron/model.h"
+#include "megatron/optimizer.h"
 #include "megatron/task.h"
+#include "megatron/train/trainer.h"
+#include "plugin_objects.h"
 #include "session.h"
 
 namespace megatron::app {
@@ -44,6 +49,24 @@ int run_task(Session& session, ParallelState& parallel, const SelectedPlugin& ta
   return 0;
 }
 
+int run_training(Session& session, ParallelState& parallel) {
+  auto dataset = create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset",
+                                        "type = \"gpt\"");
+  auto model = create_plugin<Model>(session, parallel, "model", "megatron::Model",
+                                    "type = \"gpt\"");
+  auto optimizer = create_plugin<Optimizer>(session, parallel, "optimizer",
+                                            "megatron::Optimizer", "type = \"adam\"");
+  train::Trainer trainer({*session.log, parallel, session.config.core(), session.config.to_toml()},
+                         *model, *optimizer, *dataset);
+  const train::TrainSummary summary = trainer.run();
+  session.log->info("{} at iteration {} ({} samples){}",
+                    summary.interrupted ? "stopped" : "finished", summary.iteration,
+                    summary.consumed_samples,
+                    summary.last_checkpoint.empty() ? ""
+                                                    : "; checkpoint " + summary.last_checkpoint);
+  return 0;
+}
+
 }  // namespace
 
 int run_train(MpiRuntime& runtime, const std::vector<std::string>& args) {
@@ -76,9 +99,7 @@ int run_train(MpiRuntime& runtime, const std::vector<std::string>& args) {
   if (const SelectedPlugin* task = session.selected_for("task")) {
     return run_task(session, parallel, *task);
   }
-  if (session.selected_for("model")) {
-    throw Error("model training is not available in this build yet; only [task] jobs can run");
-  }
+  if (session.selected_for("model")) return run_training(session, parallel);
   throw UsageError(
       "nothing to run: the config has no [task] table and no [model] table (see "
       "`megatron-app plugins` for what is available)");

@@ -42,6 +42,16 @@ struct StepResult {
   double token_count = 0;  // sum of loss_mask
 };
 
+// The transformer dimensions memory planning needs (Megatron's argument names).
+struct ModelDimensions {
+  std::int64_t num_layers = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t ffn_hidden_size = 0;
+  std::int64_t seq_length = 0;
+  std::int64_t padded_vocab_size = 0;
+};
+
 class Model : public Plugin {
  public:
   ~Model() override;
@@ -55,6 +65,7 @@ class Model : public Plugin {
   // Model FLOPs of one forward+backward over `samples` sequences (Megatron's formula, for the
   // TFLOP/s figure).
   virtual double flops_per_iteration(std::int64_t samples) const = 0;
+  virtual ModelDimensions dimensions() const = 0;
   // Megatron's (key, value) summary of the architecture for logs and `plan`.
   virtual std::string describe() const = 0;
 };

@@ -59,15 +59,39 @@ TableSchema training_schema() {
       .integer("lr_warmup_samples", 0, "samples of linear warm-up", Range::at_least(0))
       .optional_real("lr_warmup_fraction", "warm-up as a fraction of the decay span",
                      Range::between(0, 1))
+      .real("lr_warmup_init", 0.0, "learning rate warm-up starts from", Range::at_least(0))
+      .string("lr_wsd_decay_style", "exponential", "annealing curve at the end of WSD",
+              {"exponential", "linear", "cosine", "minus_sqrt"})
+      .optional_integer("lr_wsd_decay_iters", "iterations of WSD annealing (with train_iters)",
+                        Range::at_least(1))
+      .optional_integer("lr_wsd_decay_samples", "samples of WSD annealing (with train_samples)",
+                        Range::at_least(1))
       .real("weight_decay", 0.01, "decoupled weight decay", Range::at_least(0))
+      .optional_real("start_weight_decay", "weight decay at the start of a linear/cosine increment",
+                     Range::at_least(0))
+      .optional_real("end_weight_decay", "weight decay at the end of a linear/cosine increment",
+                     Range::at_least(0))
+      .string("weight_decay_incr_style", "constant",
+              "weight decay from start_weight_decay to end_weight_decay over training",
+              {"constant", "linear", "cosine"})
       .real("clip_grad", 1.0, "clip gradients to this global L2 norm (0: no clipping)",
             Range::at_least(0))
       .integer("seed", 1234, "random seed for initialisation, data order and dropout",
                Range::at_least(0))
       .integer("eval_interval", 1000, "iterations between validation runs", Range::at_least(1))
       .integer("eval_iters", 100, "iterations per validation run", Range::at_least(0))
+      .optional_integer("exit_interval", "save and exit when the iteration is a multiple of this",
+                        Range::at_least(1))
       .boolean("bf16", false, "bf16 mixed precision with fp32 master weights")
-      .boolean("fp16", false, "fp16 mixed precision with dynamic loss scaling");
+      .boolean("fp16", false, "fp16 mixed precision with dynamic loss scaling")
+      .optional_real("loss_scale", "static loss scale for fp16/bf16 (default: dynamic for fp16)",
+                     Range::positive())
+      .real("initial_loss_scale", 4294967296.0, "dynamic loss scale to start from",
+            Range::positive())
+      .real("min_loss_scale", 1.0, "dynamic loss scale floor", Range::positive())
+      .integer("loss_scale_window", 1000, "overflow-free iterations before the scale doubles",
+               Range::at_least(1))
+      .integer("hysteresis", 2, "overflows tolerated before the scale halves", Range::at_least(1));
 
   s.rule([](const ConfigTable& t) {
     if (t.has("train_iters") && t.has("train_samples")) {
@@ -75,6 +99,10 @@ TableSchema training_schema() {
     }
     if (t.has("lr_decay_iters") && t.has("lr_decay_samples")) {
       t.fail("lr_decay_samples", "set either lr_decay_iters or lr_decay_samples, not both");
+    }
+    if (t.has("lr_wsd_decay_iters") && t.has("lr_wsd_decay_samples")) {
+      t.fail("lr_wsd_decay_samples",
+             "set either lr_wsd_decay_iters or lr_wsd_decay_samples, not both");
     }
     int warmups = (t.integer("lr_warmup_iters") > 0) + (t.integer("lr_warmup_samples") > 0) +
                   t.has("lr_warmup_fraction");
@@ -88,6 +116,9 @@ TableSchema training_schema() {
         t.fail("lr_decay_samples", "with train_iters, give the decay span as lr_decay_iters");
       if (t.integer("lr_warmup_samples") > 0)
         t.fail("lr_warmup_samples", "with train_iters, give warm-up as lr_warmup_iters");
+      if (t.has("lr_wsd_decay_samples"))
+        t.fail("lr_wsd_decay_samples",
+               "with train_iters, give the WSD annealing span as lr_wsd_decay_iters");
       if (t.has("rampup_batch_size"))
         t.fail("rampup_batch_size",
                "batch-size ramp-up is only supported with sample-based training (train_samples)");
@@ -97,6 +128,45 @@ TableSchema training_schema() {
         t.fail("lr_decay_iters", "with train_samples, give the decay span as lr_decay_samples");
       if (t.integer("lr_warmup_iters") > 0)
         t.fail("lr_warmup_iters", "with train_samples, give warm-up as lr_warmup_samples");
+      if (t.has("lr_wsd_decay_iters"))
+        t.fail("lr_wsd_decay_iters",
+               "with train_samples, give the WSD annealing span as lr_wsd_decay_samples");
+    }
+    // Megatron asserts the annealing span exists when the scheduler is built; say so up front.
+    if (t.string("lr_decay_style") == "WSD" && !t.has("lr_wsd_decay_iters") &&
+        !t.has("lr_wsd_decay_samples")) {
+      t.fail("lr_decay_style",
+             "lr_decay_style \"WSD\" needs its annealing span: set lr_wsd_decay_iters (with "
+             "train_iters) or lr_wsd_decay_samples (with train_samples)");
+    }
+    if (t.has("lr") && t.real("lr_warmup_init") > t.real("lr")) {
+      t.fail("lr_warmup_init", "lr_warmup_init (" + format_value(t.real("lr_warmup_init")) +
+                                   ") is larger than lr (" + format_value(t.real("lr")) + ")");
+    }
+    // Megatron's validate_args: the constant style uses weight_decay, the others start/end.
+    if (t.string("weight_decay_incr_style") == "constant") {
+      for (const char* key : {"start_weight_decay", "end_weight_decay"}) {
+        if (t.has(key))
+          t.fail(key, std::string(key) +
+                          " applies only with weight_decay_incr_style \"linear\" or \"cosine\"; "
+                          "with \"constant\" the weight decay is weight_decay");
+      }
+    } else {
+      if (!t.has("start_weight_decay") || !t.has("end_weight_decay")) {
+        t.fail("weight_decay_incr_style", "weight_decay_incr_style \"" +
+                                              t.string("weight_decay_incr_style") +
+                                              "\" needs start_weight_decay and end_weight_decay");
+      }
+      if (t.real("end_weight_decay") < t.real("start_weight_decay")) {
+        t.fail("end_weight_decay", "end_weight_decay (" + format_value(t.real("end_weight_decay")) +
+                                       ") is smaller than start_weight_decay (" +
+                                       format_value(t.real("start_weight_decay")) + ")");
+      }
+    }
+    if (t.real("min_loss_scale") > t.real("initial_loss_scale")) {
+      t.fail("min_loss_scale", "min_loss_scale (" + format_value(t.real("min_loss_scale")) +
+                                   ") is larger than initial_loss_scale (" +
+                                   format_value(t.real("initial_loss_scale")) + ")");
     }
     if (t.has("lr") && t.real("min_lr") > t.real("lr")) {
       t.fail("min_lr", "min_lr (" + format_value(t.real("min_lr")) + ") is larger than lr (" +
@@ -251,13 +321,26 @@ CoreConfig make_core_config(const std::vector<ConfigTable>& tables) {
   c.training.lr_warmup_iters = t.integer("lr_warmup_iters");
   c.training.lr_warmup_samples = t.integer("lr_warmup_samples");
   c.training.lr_warmup_fraction = t.find_real("lr_warmup_fraction");
+  c.training.lr_warmup_init = t.real("lr_warmup_init");
+  c.training.lr_wsd_decay_style = t.string("lr_wsd_decay_style");
+  c.training.lr_wsd_decay_iters = optional_int<std::int64_t>(t, "lr_wsd_decay_iters");
+  c.training.lr_wsd_decay_samples = optional_int<std::int64_t>(t, "lr_wsd_decay_samples");
   c.training.weight_decay = t.real("weight_decay");
+  c.training.start_weight_decay = t.find_real("start_weight_decay");
+  c.training.end_weight_decay = t.find_real("end_weight_decay");
+  c.training.weight_decay_incr_style = t.string("weight_decay_incr_style");
   c.training.clip_grad = t.real("clip_grad");
   c.training.seed = t.integer("seed");
   c.training.eval_interval = t.integer("eval_interval");
   c.training.eval_iters = t.integer("eval_iters");
+  c.training.exit_interval = optional_int<std::int64_t>(t, "exit_interval");
   c.training.bf16 = t.boolean("bf16");
   c.training.fp16 = t.boolean("fp16");
+  c.training.loss_scale = t.find_real("loss_scale");
+  c.training.initial_loss_scale = t.real("initial_loss_scale");
+  c.training.min_loss_scale = t.real("min_loss_scale");
+  c.training.loss_scale_window = t.integer("loss_scale_window");
+  c.training.hysteresis = t.integer("hysteresis");
 
   const auto& k = find_table(tables, "checkpoint");
   c.checkpoint.save = path_or_empty(k, "save");

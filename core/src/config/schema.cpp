@@ -183,6 +183,16 @@ TableSchema& TableSchema::path_list(std::string name, std::string doc) {
               std::move(doc)});
 }
 
+TableSchema& TableSchema::optional_weighted_path_list(std::string name, std::string doc) {
+  return add({std::move(name),
+              ValueKind::weighted_path_list,
+              Presence::optional,
+              std::vector<std::string>{},
+              {},
+              {},
+              std::move(doc)});
+}
+
 TableSchema& TableSchema::rule(TableRule rule) {
   rules_.push_back(std::move(rule));
   return *this;

@@ -97,6 +97,8 @@ class KeyChecker {
         }
         return out;
       }
+      case ValueKind::weighted_path_list:
+        return weighted_paths(raw);
     }
     wrong_kind(raw);
   }
@@ -113,7 +115,61 @@ class KeyChecker {
   }
   bool in_list() const {
     return spec_.kind == ValueKind::integer_list || spec_.kind == ValueKind::real_list ||
-           spec_.kind == ValueKind::string_list || spec_.kind == ValueKind::path_list;
+           spec_.kind == ValueKind::string_list || spec_.kind == ValueKind::path_list ||
+           spec_.kind == ValueKind::weighted_path_list;
+  }
+
+  std::string path_item(const RawValue& item) const {
+    if (item.string.empty()) fail_at(item.where, path_, "a path is empty");
+    return resolve_path(item.string, item.where);
+  }
+
+  // Megatron's --data-path: paths, or weights and paths alternating (split_weighted_paths tells
+  // which). Weights are kept as numbers written out, paths are resolved; a lone string is a list
+  // of one path.
+  std::vector<std::string> weighted_paths(const RawValue& raw) const {
+    if (raw.type == RawValue::Type::string) return {path_item(raw)};
+    const std::vector<RawValue>& items = list(raw);
+    if (items.empty()) fail_at(raw.where, path_, "expected at least one path");
+    std::vector<std::string> text;
+    for (const auto& item : items) {
+      if (item.type == RawValue::Type::string) {
+        text.push_back(item.string);
+      } else if (item.type == RawValue::Type::integer) {
+        text.push_back(std::to_string(item.integer));
+      } else if (item.type == RawValue::Type::real) {
+        text.push_back(format_value(item.real));
+      } else {
+        wrong_element(item);
+      }
+    }
+    const WeightedPaths split = split_weighted_paths(text);
+    std::vector<std::string> out = text;
+    if (split.weights.empty()) {
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (items[i].type != RawValue::Type::string) {
+          fail_at(items[i].where, path_,
+                  "item " + std::to_string(i + 1) + " is " + items[i].describe() +
+                      ", but the list is not [weight, \"path\", weight, \"path\", ...] (an even "
+                      "number of items with a number first in each pair)");
+        }
+        out[i] = path_item(items[i]);
+      }
+      return out;
+    }
+    for (std::size_t i = 0; i < items.size(); i += 2) {
+      const double weight = split.weights[i / 2];
+      if (!std::isfinite(weight) || !(weight > 0)) {
+        fail_at(items[i].where, path_,
+                "weight " + text[i] + " of \"" + text[i + 1] + "\" must be a finite number > 0");
+      }
+      if (items[i + 1].type != RawValue::Type::string) {
+        fail_at(items[i + 1].where, path_,
+                "expected a path after weight " + text[i] + ", got " + items[i + 1].describe());
+      }
+      out[i + 1] = path_item(items[i + 1]);
+    }
+    return out;
   }
 
   const std::vector<RawValue>& list(const RawValue& raw) const {

@@ -1,6 +1,7 @@
 // Describes and prints config values for messages and --print-config.
 #include "megatron/config/value.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,8 +28,38 @@ const char* describe_kind(ValueKind kind) {
       return "a list of strings";
     case ValueKind::path_list:
       return "a list of paths (strings)";
+    case ValueKind::weighted_path_list:
+      return "a list of paths, or of weights and paths: [weight, \"path\", weight, \"path\", ...]";
   }
   return "a value";
+}
+
+std::optional<double> parse_weight(const std::string& item) {
+  // Python's float(): surrounding whitespace and a leading '+' are allowed.
+  std::size_t begin = item.find_first_not_of(" \t\n\r\f\v");
+  if (begin == std::string::npos) return std::nullopt;
+  const std::size_t end = item.find_last_not_of(" \t\n\r\f\v") + 1;
+  if (item[begin] == '+' && end - begin > 1 && item[begin + 1] != '-') ++begin;
+  double value = 0;
+  const auto [stop, error] = std::from_chars(item.data() + begin, item.data() + end, value);
+  if (error != std::errc() || stop != item.data() + end) return std::nullopt;
+  return value;
+}
+
+WeightedPaths split_weighted_paths(const std::vector<std::string>& items) {
+  WeightedPaths out;
+  bool weighted = !items.empty() && items.size() % 2 == 0;
+  for (std::size_t i = 0; weighted && i < items.size(); i += 2)
+    weighted = parse_weight(items[i]).has_value();
+  if (!weighted) {
+    out.paths = items;
+    return out;
+  }
+  for (std::size_t i = 0; i < items.size(); i += 2) {
+    out.weights.push_back(*parse_weight(items[i]));
+    out.paths.push_back(items[i + 1]);
+  }
+  return out;
 }
 
 namespace {

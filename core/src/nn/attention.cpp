@@ -16,10 +16,11 @@ void SelfAttention::declare(ParamFactory& factory, const std::string& prefix,
                             const TransformerConfig& config) {
   config_ = config;
   qkv = Linear::declare(factory, prefix + ".linear_qkv", config.hidden_size, config.qkv_size(),
-                        config.add_qkv_bias || config.add_bias_linear, config.init_method_std);
+                        config.add_qkv_bias || config.add_bias_linear, config.init_method_std,
+                        TensorParallel::column);
   proj = Linear::declare(factory, prefix + ".linear_proj",
                          config.num_attention_heads * config.kv_channels, config.hidden_size,
-                         config.add_bias_linear, config.output_init_std());
+                         config.add_bias_linear, config.output_init_std(), TensorParallel::row);
 }
 
 AttentionParams SelfAttention::params(const LayerContext& ctx, std::uint64_t dropout_site) const {

@@ -11,6 +11,7 @@ void Embedding::declare(ParamFactory& factory, const std::string& prefix, std::i
   dropout_ = dropout;
   word_embeddings = &factory.declare(prefix + ".word_embeddings.weight", {vocab_size, hidden},
                                      ParamInit::normal, init_std);
+  word_embeddings->partition_dim = 0;  // vocabulary-parallel
   if (max_positions > 0) {
     position_embeddings = &factory.declare(prefix + ".position_embeddings.weight",
                                            {max_positions, hidden}, ParamInit::normal, init_std);

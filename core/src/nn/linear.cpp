@@ -4,10 +4,16 @@
 namespace megatron::nn {
 
 Linear Linear::declare(ParamFactory& factory, const std::string& prefix, std::int64_t in,
-                       std::int64_t out, bool bias, float init_std) {
+                       std::int64_t out, bool bias, float init_std, TensorParallel parallel) {
   Linear l;
   l.weight = &factory.declare(prefix + ".weight", {out, in}, ParamInit::normal, init_std);
   if (bias) l.bias = &factory.declare(prefix + ".bias", {out}, ParamInit::zeros, 0, false);
+  if (parallel == TensorParallel::column) {
+    l.weight->partition_dim = 0;
+    if (l.bias) l.bias->partition_dim = 0;
+  } else if (parallel == TensorParallel::row) {
+    l.weight->partition_dim = 1;
+  }
   return l;
 }
 

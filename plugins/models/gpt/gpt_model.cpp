@@ -34,6 +34,7 @@ void GptModel::build(const ModelBuildInfo& info) {
   if (config_.untie_embeddings_and_output_weights) {
     output_layer_ = &factory.declare("output_layer.weight", {padded_vocab_, tc.hidden_size},
                                      ParamInit::normal, tc.init_method_std);
+    output_layer_->partition_dim = 0;
   }
   if (tc.rotary_dim > 0 && !info.device.is_meta()) {
     rotary_ = nn::make_rotary_tables(info.seq_length, tc.rotary_dim, config_.rotary_base,
@@ -136,6 +137,32 @@ StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
   return result;
 }
 
+Tensor GptModel::logits(const Batch& batch) {
+  Backend& be = backend_for(info_.device);
+  const nn::LayerContext ctx{be, false, 0, 0};
+  const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
+  const std::int64_t h = config_.transformer.hidden_size;
+  const DType dt = info_.param_dtype;
+  Tensor ids = be.empty({s, b}, DType::i32);
+  be.copy(batch.tokens.transpose(0, 1).contiguous(), ids);
+  Tensor x = be.empty({s, b, h}, dt);
+  embedding_.forward(ctx, ids, 0, x);
+  nn::TransformerLayer::Saved unused;
+  for (const auto& layer : layers_) {
+    Tensor y = be.empty({s, b, h}, dt);
+    layer.forward(ctx, x, rotary_ ? &*rotary_ : nullptr, y, unused, false);
+    x = y;
+  }
+  Tensor normed = be.empty({rows, h}, dt);
+  nn::Norm::Saved stats;
+  final_layernorm_.forward(be, x.view({rows, h}), normed, stats);
+  Tensor logits = be.empty({rows, padded_vocab_}, dt);
+  be.gemm(normed, false, output_weight().value, true, logits);
+  Tensor host = Tensor::empty({rows, padded_vocab_}, dt);
+  be.copy(logits, host);
+  return host.view({s, b, padded_vocab_}).transpose(0, 1).contiguous();
+}
+
 double GptModel::flops_per_iteration(std::int64_t samples) const {
   // Megatron's num_floating_point_operations (training.py): forward + backward = 3 x forward,
   // 2 FLOPs per multiply-add, causal attention counted at half.
@@ -150,6 +177,12 @@ double GptModel::flops_per_iteration(std::int64_t samples) const {
   return 12.0 * gbs * s * l * h * h *
              ((1.0 + ng / np + s / h / 2.0) * q_ratio + ffn / h * glu) +
          6.0 * gbs * s * h * static_cast<double>(padded_vocab_);
+}
+
+ModelDimensions GptModel::dimensions() const {
+  const nn::TransformerConfig& tc = config_.transformer;
+  return {tc.num_layers,      tc.hidden_size,   tc.num_attention_heads,
+          tc.ffn_hidden_size, info_.seq_length, padded_vocab_};
 }
 
 std::string GptModel::describe() const {

@@ -22,6 +22,10 @@ class GptModel : public Model {
   StepResult step(const Batch& batch, const StepOptions& options) override;
   double flops_per_iteration(std::int64_t samples) const override;
   std::string describe() const override;
+  ModelDimensions dimensions() const override;
+
+  // Evaluation-mode logits (B, S, padded vocab) on the host, for reference comparisons.
+  Tensor logits(const Batch& batch);
 
   const GptConfig& config() const { return config_; }
   std::int64_t padded_vocab_size() const { return padded_vocab_; }

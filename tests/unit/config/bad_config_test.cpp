@@ -120,6 +120,76 @@ TEST(BadConfig, RampupIncrementMustDivideTheRemainder) {
       {"training.rampup_batch_size", "minus the start (16)", "multiple of the increment (8)"});
 }
 
+TEST(BadConfig, WarmupFractionExcludesWarmupIters) {
+  expect_contains(error_for("[training]\nlr_warmup_iters = 10\nlr_warmup_fraction = 0.01\n"),
+                  {"test.toml:3:", "training.lr_warmup_fraction",
+                   "at most one of lr_warmup_iters, lr_warmup_samples and lr_warmup_fraction"});
+  expect_contains(error_for("[training]\nlr_warmup_samples = 10\nlr_warmup_fraction = 0.01\n"),
+                  {"training.lr_warmup_fraction", "at most one of"});
+  // A zero count is Megatron's default, not a second warm-up.
+  EXPECT_NO_THROW(parse_config("[training]\nlr_warmup_iters = 0\nlr_warmup_fraction = 0.01\n"));
+}
+
+TEST(BadConfig, IterationBasedTrainingRefusesSampleKeys) {
+  expect_contains(error_for("[training]\ntrain_iters = 10\nlr_decay_samples = 100\n"),
+                  {"training.lr_decay_samples", "with train_iters", "lr_decay_iters"});
+  expect_contains(error_for("[training]\ntrain_iters = 10\nlr_warmup_samples = 100\n"),
+                  {"training.lr_warmup_samples", "with train_iters", "lr_warmup_iters"});
+  expect_contains(error_for("[training]\ntrain_iters = 10\nlr_decay_style = \"WSD\"\n"
+                            "lr_wsd_decay_samples = 100\n"),
+                  {"test.toml:4:", "training.lr_wsd_decay_samples", "lr_wsd_decay_iters"});
+}
+
+TEST(BadConfig, SampleBasedTrainingRefusesIterationKeys) {
+  expect_contains(error_for("[training]\ntrain_samples = 1000\nlr_decay_iters = 10\n"),
+                  {"training.lr_decay_iters", "with train_samples", "lr_decay_samples"});
+  expect_contains(error_for("[training]\ntrain_samples = 1000\nlr_warmup_iters = 10\n"),
+                  {"training.lr_warmup_iters", "with train_samples", "lr_warmup_samples"});
+  expect_contains(error_for("[training]\ntrain_samples = 1000\nlr_wsd_decay_iters = 10\n"),
+                  {"training.lr_wsd_decay_iters", "with train_samples", "lr_wsd_decay_samples"});
+}
+
+TEST(BadConfig, WsdNeedsItsAnnealingSpan) {
+  expect_contains(error_for("[training]\ntrain_iters = 10\nlr_decay_style = \"WSD\"\n"),
+                  {"test.toml:3:", "training.lr_decay_style", "needs its annealing span",
+                   "lr_wsd_decay_iters", "lr_wsd_decay_samples"});
+  expect_contains(error_for("[training]\nlr_wsd_decay_iters = 5\nlr_wsd_decay_samples = 50\n"),
+                  {"training.lr_wsd_decay_samples", "not both"});
+}
+
+TEST(BadConfig, WsdAnnealStyleChoices) {
+  expect_contains(error_for("[training]\nlr_wsd_decay_style = \"sqrt\"\n"),
+                  {"training.lr_wsd_decay_style", "\"sqrt\" is not one of"});
+}
+
+TEST(BadConfig, WarmupInitAboveLr) {
+  expect_contains(error_for("[training]\nlr = 1e-4\nlr_warmup_init = 1e-3\n"),
+                  {"training.lr_warmup_init", "lr_warmup_init (0.001) is larger than lr (0.0001)"});
+}
+
+TEST(BadConfig, WeightDecayIncrementKeys) {
+  expect_contains(error_for("[training]\nstart_weight_decay = 0.01\n"),
+                  {"training.start_weight_decay", "applies only with weight_decay_incr_style"});
+  expect_contains(error_for("[training]\nweight_decay_incr_style = \"linear\"\n"
+                            "start_weight_decay = 0.01\n"),
+                  {"training.weight_decay_incr_style",
+                   "\"linear\" needs start_weight_decay and end_weight_decay"});
+  expect_contains(error_for("[training]\nweight_decay_incr_style = \"cosine\"\n"
+                            "start_weight_decay = 0.1\nend_weight_decay = 0.01\n"),
+                  {"test.toml:4:", "training.end_weight_decay",
+                   "end_weight_decay (0.01) is smaller than start_weight_decay (0.1)"});
+}
+
+TEST(BadConfig, LossScaleKeys) {
+  expect_contains(error_for("[training]\nmin_loss_scale = 1024.0\ninitial_loss_scale = 512.0\n"),
+                  {"training.min_loss_scale",
+                   "min_loss_scale (1024.0) is larger than initial_loss_scale (512.0)"});
+  expect_contains(error_for("[training]\nloss_scale = 0.0\n"), {"training.loss_scale", "> 0"});
+  expect_contains(error_for("[training]\nhysteresis = 0\n"), {"training.hysteresis", ">= 1"});
+  expect_contains(error_for("[training]\nloss_scale_window = 0\n"),
+                  {"training.loss_scale_window", ">= 1"});
+}
+
 TEST(BadConfig, SaveIntervalWithoutSaveDirectory) {
   expect_contains(error_for("[checkpoint]\nsave_interval = 100\n"),
                   {"checkpoint.save_interval", "no `save` directory"});

@@ -23,6 +23,60 @@ TEST(Config, EmptyConfigTakesMegatronDefaults) {
   EXPECT_EQ(c.core().runtime.device, "cpu");
 }
 
+TEST(Config, TrainingScheduleAndLossScaleDefaultsAreMegatrons) {
+  const auto c = parse_config("");
+  const auto& t = c.core().training;
+  EXPECT_EQ(t.lr_warmup_init, 0.0);
+  EXPECT_EQ(t.lr_wsd_decay_style, "exponential");
+  EXPECT_FALSE(t.lr_wsd_decay_iters.has_value());
+  EXPECT_FALSE(t.lr_wsd_decay_samples.has_value());
+  EXPECT_EQ(t.weight_decay_incr_style, "constant");
+  EXPECT_FALSE(t.start_weight_decay.has_value());
+  EXPECT_FALSE(t.end_weight_decay.has_value());
+  EXPECT_FALSE(t.loss_scale.has_value());
+  EXPECT_EQ(t.initial_loss_scale, 4294967296.0);  // 2^32
+  EXPECT_EQ(t.min_loss_scale, 1.0);
+  EXPECT_EQ(t.loss_scale_window, 1000);
+  EXPECT_EQ(t.hysteresis, 2);
+  EXPECT_FALSE(t.exit_interval.has_value());
+}
+
+TEST(Config, ReadsScheduleKeys) {
+  const auto c = parse_config(R"(
+[training]
+train_samples = 10000
+lr = 3e-4
+lr_decay_style = "WSD"
+lr_wsd_decay_style = "minus_sqrt"
+lr_wsd_decay_samples = 2000
+lr_warmup_init = 1e-5
+weight_decay_incr_style = "cosine"
+start_weight_decay = 0.01
+end_weight_decay = 0.1
+fp16 = true
+loss_scale = 128.0
+hysteresis = 3
+exit_interval = 50
+)");
+  const auto& t = c.core().training;
+  EXPECT_EQ(t.lr_decay_style, "WSD");
+  EXPECT_EQ(t.lr_wsd_decay_style, "minus_sqrt");
+  EXPECT_EQ(t.lr_wsd_decay_samples, 2000);
+  EXPECT_DOUBLE_EQ(t.lr_warmup_init, 1e-5);
+  EXPECT_EQ(t.weight_decay_incr_style, "cosine");
+  EXPECT_EQ(t.start_weight_decay, 0.01);
+  EXPECT_EQ(t.end_weight_decay, 0.1);
+  EXPECT_EQ(t.loss_scale, 128.0);
+  EXPECT_EQ(t.hysteresis, 3);
+  EXPECT_EQ(t.exit_interval, 50);
+  for (const char* style : {"constant", "linear", "cosine", "inverse-square-root"}) {
+    EXPECT_EQ(parse_config("", {std::string("training.lr_decay_style=") + style})
+                  .core()
+                  .training.lr_decay_style,
+              style);
+  }
+}
+
 TEST(Config, ReadsTypedValues) {
   const auto c = parse_config(R"(
 [parallel]

@@ -41,13 +41,26 @@ struct TrainingConfig {
   std::int64_t lr_warmup_iters = 0;
   std::int64_t lr_warmup_samples = 0;
   std::optional<double> lr_warmup_fraction;
+  double lr_warmup_init = 0.0;
+  std::string lr_wsd_decay_style = "exponential";  // exponential | linear | cosine | minus_sqrt
+  std::optional<std::int64_t> lr_wsd_decay_iters;
+  std::optional<std::int64_t> lr_wsd_decay_samples;
   double weight_decay = 0.01;
+  std::optional<double> start_weight_decay;  // only with a linear or cosine increment
+  std::optional<double> end_weight_decay;
+  std::string weight_decay_incr_style = "constant";
   double clip_grad = 1.0;
   std::int64_t seed = 1234;
   std::int64_t eval_interval = 1000;
   std::int64_t eval_iters = 100;
+  std::optional<std::int64_t> exit_interval;
   bool bf16 = false;
   bool fp16 = false;
+  std::optional<double> loss_scale;  // static scale; unset: dynamic with fp16, none with bf16
+  double initial_loss_scale = 4294967296.0;
+  double min_loss_scale = 1.0;
+  std::int64_t loss_scale_window = 1000;
+  std::int64_t hysteresis = 2;
 };
 
 struct CheckpointConfig {

@@ -70,6 +70,8 @@ class TableSchema {
                          Range range = {});
   TableSchema& string_list(std::string name, std::vector<std::string> fallback, std::string doc);
   TableSchema& path_list(std::string name, std::string doc);
+  // Megatron's --data-path: ["prefix", ...] or [weight, "prefix", ...]; may be absent.
+  TableSchema& optional_weighted_path_list(std::string name, std::string doc);
   TableSchema& rule(TableRule rule);
 
   // Adds a fully specified key; throws megatron::Error if the name is already declared.

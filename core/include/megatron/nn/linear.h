@@ -7,12 +7,18 @@
 
 namespace megatron::nn {
 
+// How tensor parallelism splits a linear layer (Megatron's ColumnParallelLinear /
+// RowParallelLinear): column splits the output features (weight dim 0, bias too), row splits the
+// input features (weight dim 1; the bias is added after the reduction, so it is replicated).
+enum class TensorParallel { none, column, row };
+
 struct Linear {
   Parameter* weight = nullptr;  // (out, in)
   Parameter* bias = nullptr;    // (out) or none
 
   static Linear declare(ParamFactory& factory, const std::string& prefix, std::int64_t in,
-                        std::int64_t out, bool bias, float init_std);
+                        std::int64_t out, bool bias, float init_std,
+                        TensorParallel parallel = TensorParallel::none);
 
   // x (rows, in) -> y (rows, out).
   void forward(Backend& backend, const Tensor& x, Tensor& y) const;

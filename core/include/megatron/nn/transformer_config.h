@@ -21,7 +21,7 @@ struct TransformerConfig {
   bool swiglu = false;  // else GeLU
   GeluApproximation gelu = GeluApproximation::tanh;
   bool add_bias_linear = true;
-  bool add_qkv_bias = true;
+  bool add_qkv_bias = false;  // a qkv bias even without add_bias_linear
   float attention_dropout = 0.1f;
   float hidden_dropout = 0.1f;
   float init_method_std = 0.02f;

@@ -1,0 +1,52 @@
+// What `megatron-app plan` reports: parameters per pipeline stage and tensor-parallel rank, memory
+// for weights, gradients and optimizer state (Megatron's bytes-per-parameter table, with and
+// without the distributed optimizer), activation memory per micro-batch (Korthikanti et al.'s
+// formulas, as Megatron's theoretical_memory_usage), computed from the declared parameters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "megatron/model.h"
+#include "megatron/nn/parameter.h"
+
+namespace megatron::train {
+
+enum class Precision { fp32, bf16, fp16 };
+
+struct PlanLayout {
+  std::int64_t tensor = 1, pipeline = 1, data = 1;
+  std::int64_t micro_batch_size = 1;
+  std::int64_t num_micro_batches = 1;
+  Precision precision = Precision::fp32;
+};
+
+struct StagePlan {
+  std::int64_t stage = 0;
+  std::int64_t layers = 0;      // transformer layers on the stage
+  std::int64_t parameters = 0;  // on one tensor-parallel rank of the stage
+};
+
+struct MemoryPlan {
+  std::int64_t total_parameters = 0;  // unsplit, embeddings counted once
+  std::vector<StagePlan> stages;
+  std::int64_t max_rank_parameters = 0;
+  double bytes_per_parameter = 0;              // without the distributed optimizer
+  double bytes_per_parameter_distributed = 0;  // with it, over `data` ranks
+  // Activation bytes of the first stage per micro-batch schedule, 16-bit activations.
+  double activations_no_recompute = 0;
+  double activations_selective = 0;
+  double activations_full = 0;
+};
+
+// Which pipeline stage holds a parameter: decoder.layers.{i} by layer, embedding.* on the first,
+// final norm and output layer on the last. Tied word embeddings are held by the last stage too
+// (Megatron keeps a copy there when pipeline > 1).
+MemoryPlan plan_memory(const ParameterSet& params, const ModelDimensions& dims,
+                       const PlanLayout& layout, bool tied_embeddings);
+
+// "1.23 GiB", "512.0 MiB".
+std::string format_bytes(double bytes);
+
+}  // namespace megatron::train

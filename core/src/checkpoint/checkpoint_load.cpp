@@ -1,0 +1,212 @@
+// load_checkpoint: opens a checkpoint file (or a directory's latest), checks that it is a
+// megatron-app checkpoint this build can read, and reads its attributes and tensors.
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "checkpoint/hdf5_util.h"
+#include "megatron/checkpoint/checkpoint.h"
+#include "megatron/error.h"
+
+namespace megatron::checkpoint {
+
+namespace fs = std::filesystem;
+using detail::Handle;
+using detail::hdf5_reason;
+
+namespace {
+
+const std::vector<std::string> kRequiredIntegers = {"iteration", "consumed_train_samples",
+                                                    "consumed_valid_samples", "skipped_iterations"};
+
+herr_t collect_attribute(hid_t, const char* name, const H5A_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+
+herr_t collect_link(hid_t, const char* name, const H5L_info_t* info, void* data) {
+  if (info->type == H5L_TYPE_HARD) static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+
+bool skipped(const std::string& name, const std::vector<std::string>& prefixes) {
+  for (const auto& prefix : prefixes) {
+    if (name.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
+// The DType a stored dataset type maps to; throws for anything a checkpoint never holds.
+DType stored_dtype(hid_t type, const std::string& name) {
+  const H5T_class_t type_class = H5Tget_class(type);
+  const std::size_t size = H5Tget_size(type);
+  if (type_class == H5T_FLOAT && size == 4) return DType::f32;
+  if (type_class == H5T_FLOAT && size == 8) return DType::f64;
+  if (type_class == H5T_INTEGER) {
+    const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+    if (is_signed && size == 4) return DType::i32;
+    if (is_signed && size == 8) return DType::i64;
+    if (!is_signed && size == 1) return DType::u8;
+  }
+  throw std::runtime_error("dataset '" + name + "' has an unsupported element type (HDF5 class " +
+                           std::to_string(int(type_class)) + ", " + std::to_string(size) +
+                           " bytes); expected float32/64, int32/64 or uint8");
+}
+
+hid_t memory_type(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return H5T_NATIVE_DOUBLE;
+    case DType::i32:
+      return H5T_NATIVE_INT32;
+    case DType::i64:
+      return H5T_NATIVE_INT64;
+    case DType::u8:
+      return H5T_NATIVE_UINT8;
+    default:
+      return H5T_NATIVE_FLOAT;
+  }
+}
+
+template <typename Half>
+Tensor narrow(const Tensor& wide, DType dtype) {
+  Tensor out = Tensor::empty(wide.shape(), dtype);
+  const float* src = wide.data<float>();
+  Half* dst = static_cast<Half*>(out.raw_data());
+  for (std::int64_t i = 0; i < wide.numel(); ++i)
+    dst[i] = Half(src[i]);
+  return out;
+}
+
+Tensor read_tensor(hid_t dataset, const std::string& name) {
+  Handle type(H5Dget_type(dataset), H5Tclose);
+  Handle space(H5Dget_space(dataset), H5Sclose);
+  if (!type.valid() || !space.valid()) {
+    throw std::runtime_error("cannot read the type of dataset '" + name + "'" + hdf5_reason());
+  }
+  const DType dtype = stored_dtype(type.get(), name);
+  Shape shape;
+  const H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
+  if (space_class == H5S_SIMPLE) {
+    std::vector<hsize_t> dims(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space.get())));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    shape.assign(dims.begin(), dims.end());
+  } else if (space_class != H5S_SCALAR) {
+    throw std::runtime_error("dataset '" + name + "' has no shape (a null dataspace)");
+  }
+  Tensor tensor = Tensor::empty(shape, dtype);
+  if (tensor.numel() > 0 &&
+      H5Dread(dataset, memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.raw_data()) < 0) {
+    throw std::runtime_error("cannot read dataset '" + name + "'" + hdf5_reason());
+  }
+  const std::optional<std::string> original = detail::read_string_attribute(dataset, "dtype");
+  if (!original) return tensor;
+  if (dtype == DType::f32 && *original == dtype_name(DType::bf16)) {
+    return narrow<bf16>(tensor, DType::bf16);
+  }
+  if (dtype == DType::f32 && *original == dtype_name(DType::f16)) {
+    return narrow<f16>(tensor, DType::f16);
+  }
+  throw std::runtime_error("dataset '" + name + "' of " + std::string(dtype_name(dtype)) +
+                           " has attribute dtype = '" + *original +
+                           "'; expected 'bfloat16' or 'float16' on a float32 dataset");
+}
+
+void read_root_attributes(hid_t root, const std::string& where, CheckpointState& state) {
+  for (const auto& key : kRequiredIntegers) {
+    const std::optional<std::int64_t> value = detail::read_int_attribute(root, key);
+    if (!value) throw std::runtime_error("the root attribute '" + key + "' is missing");
+    if (key == "iteration") state.iteration = *value;
+    if (key == "consumed_train_samples") state.consumed_train_samples = *value;
+    if (key == "consumed_valid_samples") state.consumed_valid_samples = *value;
+    if (key == "skipped_iterations") state.skipped_iterations = *value;
+  }
+  const std::optional<std::string> config = detail::read_string_attribute(root, "config");
+  if (!config) throw std::runtime_error("the root attribute 'config' is missing");
+  state.config_toml = *config;
+
+  std::vector<std::string> names;
+  if (H5Aiterate2(root, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_attribute, &names) < 0) {
+    throw Error(where + "cannot list the root attributes" + hdf5_reason());
+  }
+  for (const auto& name : names) {
+    if (name.starts_with("int.")) {
+      state.int_attributes[name.substr(4)] = *detail::read_int_attribute(root, name);
+    } else if (name.starts_with("float.")) {
+      state.float_attributes[name.substr(6)] = *detail::read_float_attribute(root, name);
+    }
+  }
+}
+
+void read_tensors(hid_t root, const std::string& where, const std::vector<std::string>& skip,
+                  CheckpointState& state) {
+  std::vector<std::string> links;
+  if (H5Lvisit(root, H5_INDEX_NAME, H5_ITER_INC, collect_link, &links) < 0) {
+    throw Error(where + "the file is corrupt: cannot list its datasets" + hdf5_reason());
+  }
+  for (const auto& name : links) {
+    if (skipped(name, skip)) continue;
+    Handle object(H5Oopen(root, name.c_str(), H5P_DEFAULT), H5Oclose);
+    if (!object.valid()) {
+      throw std::runtime_error("cannot open object '" + name + "'" + hdf5_reason());
+    }
+    if (H5Iget_type(object.get()) != H5I_DATASET) continue;
+    state.tensors.emplace(name, read_tensor(object.get(), name));
+  }
+}
+
+}  // namespace
+
+CheckpointState load_checkpoint(const fs::path& path,
+                                const std::vector<std::string>& skip_prefixes) {
+  const fs::path file = resolve_checkpoint(path);
+  const std::string where = file.string() + ": ";
+  detail::Hdf5Lock lock;
+#if H5_VERSION_GE(1, 12, 0)
+  const htri_t is_hdf5 = H5Fis_accessible(file.c_str(), H5P_DEFAULT);
+#else
+  const htri_t is_hdf5 = H5Fis_hdf5(file.c_str());
+#endif
+  if (is_hdf5 == 0) throw Error(where + "not an HDF5 file, so not a megatron-app checkpoint");
+  if (is_hdf5 < 0) throw Error(where + "cannot read the file" + hdf5_reason());
+
+  Handle fapl = detail::file_access_properties();
+  Handle hdf5_file(H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!hdf5_file.valid()) {
+    throw Error(where + "cannot open the checkpoint: the file is truncated or corrupt" +
+                hdf5_reason());
+  }
+  Handle root(H5Gopen2(hdf5_file.get(), "/", H5P_DEFAULT), H5Gclose);
+  if (!root.valid()) {
+    throw Error(where + "the file is corrupt: cannot open its root group" + hdf5_reason());
+  }
+
+  CheckpointState state;
+  try {
+    const std::optional<std::int64_t> version =
+        detail::read_int_attribute(root.get(), "format_version");
+    if (!version) {
+      throw Error(where +
+                  "an HDF5 file but not a megatron-app checkpoint: it has no format_version "
+                  "attribute");
+    }
+    if (*version > kFormatVersion) {
+      throw Error(where + "checkpoint format version " + std::to_string(*version) +
+                  " is newer than this megatron-app reads (up to " +
+                  std::to_string(kFormatVersion) + "); use a newer megatron-app");
+    }
+    if (*version < 1) {
+      throw Error(where + "invalid checkpoint format_version " + std::to_string(*version));
+    }
+    state.format_version = int(*version);
+    read_root_attributes(root.get(), where, state);
+    read_tensors(root.get(), where, skip_prefixes, state);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw Error(where + "the checkpoint is corrupt: " + e.what());
+  }
+  return state;
+}
+
+}  // namespace megatron::checkpoint

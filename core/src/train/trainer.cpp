@@ -1,0 +1,273 @@
+// The training loop (Megatron's train / train_step / evaluate) over the plugin interfaces.
+#include "megatron/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+
+#include "megatron/error.h"
+#include "megatron/nn/init.h"
+#include "megatron/train/sample_counts.h"
+#include "megatron/train/train_log.h"
+#include "trainer_impl.h"
+
+namespace megatron::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerServices services, Model& model, Optimizer& optimizer, Dataset& dataset)
+    : impl_(std::make_unique<Impl>(std::move(services), model, optimizer, dataset)) {}
+
+Trainer::~Trainer() = default;
+
+Batch Trainer::Impl::make_batch(data::Split split, std::int64_t first, std::int64_t mbs) const {
+  const std::int64_t s = dataset.seq_length();
+  Batch b{Tensor::empty({mbs, s}, DType::i32), Tensor::empty({mbs, s}, DType::i32),
+          Tensor::empty({mbs, s}, DType::f32)};
+  const std::int64_t size = dataset.size(split);
+  for (std::int64_t i = 0; i < mbs; ++i) {
+    const std::int64_t index = first + i;
+    if (index >= size) {
+      throw Error("the " + std::string(data::split_name(split)) + " split has " +
+                  std::to_string(size) + " samples; sample " + std::to_string(index) +
+                  " was asked for");
+    }
+    const auto n = static_cast<std::size_t>(s);
+    dataset.get(split, index, {b.tokens.data<std::int32_t>() + i * s, n},
+                {b.labels.data<std::int32_t>() + i * s, n}, {b.loss_mask.data<float>() + i * s, n});
+  }
+  return b;
+}
+
+TrainSummary Trainer::run() {
+  Impl& t = *impl_;
+  const config::CoreConfig& core = t.services.core;
+  const config::TrainingConfig& tc = core.training;
+  Logger& log = t.services.log;
+  ParallelState& parallel = t.services.parallel;
+  const std::int64_t dp = parallel.dp_size(), dp_rank = parallel.dp_rank();
+  const bool last_rank = parallel.world_rank() == parallel.world_size() - 1;
+  t.device = Device::parse(core.runtime.device);
+  if (tc.bf16 || tc.fp16) {
+    throw ConfigError(std::string("[training] ") + (tc.bf16 ? "bf16" : "fp16") +
+                      " = true: mixed-precision training is not implemented yet; the trainer runs "
+                      "fp32 (plan honours the setting)");
+  }
+  t.seed = static_cast<std::uint64_t>(tc.seed);
+
+  t.batches.emplace(BatchSchedule::from_config(tc, dp));
+  const std::int64_t gbs = t.batches->global_batch_size();
+  const std::int64_t mbs = t.batches->micro_batch_size();
+  t.train_iters = update_train_iters(tc, *t.batches);
+  t.scheduler.emplace(make_optimizer_param_scheduler(tc, gbs));
+  t.scaler = make_loss_scaler(tc);
+
+  const std::array<std::int64_t, 3> samples = train_valid_test_num_samples(tc, gbs);
+  log.info("building datasets: {} train, {} valid, {} test samples", samples[0], samples[1],
+           samples[2]);
+  t.dataset.build(samples);
+
+  ModelBuildInfo info;
+  info.vocab_size = static_cast<std::int64_t>(t.dataset.tokenizer().vocab_size());
+  info.seq_length = t.dataset.seq_length();
+  info.device = t.device;
+  info.seed = t.seed;
+  t.model.build(info);
+  ParameterSet& params = t.model.parameters();
+  log.info("{}", t.model.describe());
+  t.optimizer.attach(params);
+  if (!core.checkpoint.load.empty()) t.load_checkpoint();
+
+  Backend& be = backend_for(t.device);
+  std::vector<const Tensor*> grads;
+  for (auto& p : params)
+    grads.push_back(&p->grad);
+
+  std::ofstream metrics;
+  if (last_rank && !core.logging.metrics_file.empty()) {
+    metrics.open(core.logging.metrics_file, std::ios::app);
+    if (!metrics) {
+      throw Error("cannot open [logging] metrics_file '" + core.logging.metrics_file + "'");
+    }
+  }
+
+  // One evaluation pass of eval_iters global batches over `split`, from `first`.
+  auto evaluate = [&](data::Split split, std::int64_t& position) {
+    double sums[2] = {0, 0};
+    const std::int64_t m = gbs / (mbs * dp);
+    for (std::int64_t it = 0; it < tc.eval_iters; ++it) {
+      for (std::int64_t k = 0; k < m; ++k) {
+        const std::int64_t first = position + k * mbs * dp + dp_rank * mbs;
+        StepOptions o;
+        o.backward = false;
+        o.training = false;
+        const StepResult r = t.model.step(t.make_batch(split, first, mbs), o);
+        sums[0] += r.loss_sum;
+        sums[1] += r.token_count;
+      }
+      position += gbs;
+    }
+    parallel.comm(Group::data).all_reduce(sums, ReduceOp::sum);
+    return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  };
+  auto report_eval = [&](data::Split split, EvalKind kind, std::int64_t& position) {
+    if (tc.eval_iters <= 0 || t.dataset.size(split) == 0) return;
+    const double loss = evaluate(split, position);
+    if (!last_rank) return;
+    const std::vector<NamedLoss> losses = {{"lm loss", loss}};
+    for (const std::string& line : format_validation_box(eval_prefix(t.iteration, kind), losses))
+      std::cout << line << "\n";
+    std::cout.flush();
+    if (metrics) metrics << validation_metrics_json(t.iteration, kind, losses) << std::endl;
+  };
+
+  TrainSummary summary;
+  install_stop_signal_handlers();
+  log.info("training for {} iterations from iteration {} (global batch {}, micro batch {})",
+           t.train_iters, t.iteration, gbs, mbs);
+  double interval_loss_sum = 0, interval_tokens = 0;
+  std::int64_t interval_iters = 0, interval_nan = 0, interval_skipped = 0;
+  std::optional<double> last_grad_norm;
+  auto interval_start = Clock::now();
+  std::int64_t last_saved = -1;
+
+  while (t.iteration < t.train_iters) {
+    const BatchSizes sizes = t.batches->at(t.consumed_train);
+    const std::int64_t m = sizes.num_micro_batches;
+    const float scale = t.scaler ? t.scaler->scale() : 1.0f;
+    nn::zero_gradients(be, params);
+    double sums[2] = {0, 0};
+    for (std::int64_t k = 0; k < m; ++k) {
+      const std::int64_t first = t.consumed_train + k * mbs * dp + dp_rank * mbs;
+      StepOptions o;
+      o.loss_scale = scale / static_cast<float>(m);
+      o.dropout_seed = t.seed;
+      o.dropout_offset = static_cast<std::uint64_t>((t.iteration * m + k) * dp + dp_rank + 1);
+      const StepResult r = t.model.step(t.make_batch(data::Split::kTrain, first, mbs), o);
+      sums[0] += r.loss_sum;
+      sums[1] += r.token_count;
+    }
+    // Data-parallel mean of the gradients and sum of the loss figures.
+    if (dp > 1) {
+      Communicator& comm = parallel.comm(Group::data);
+      for (auto& p : params) {
+        comm.all_reduce(p->grad.data<float>(), static_cast<std::size_t>(p->grad.numel()),
+                        DType::f32, ReduceOp::sum);
+        be.scale(p->grad, 1.0 / static_cast<double>(dp));
+      }
+      comm.all_reduce(sums, ReduceOp::sum);
+    }
+    const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+
+    if (scale != 1.0f) {
+      for (auto& p : params)
+        be.scale(p->grad, 1.0 / static_cast<double>(scale));
+    }
+    double grad_norm = be.l2_norm(grads);
+    const bool found_inf = !std::isfinite(grad_norm);
+    bool skipped = false;
+    if (t.scaler) {
+      t.scaler->update(found_inf);
+      skipped = found_inf;
+    } else if (found_inf || !std::isfinite(loss)) {
+      throw Error("NaN or Inf at iteration " + std::to_string(t.iteration + 1) + " (loss " +
+                  std::to_string(loss) + ", grad norm " + std::to_string(grad_norm) +
+                  "); the last saved checkpoint is intact");
+    }
+    if (!skipped) {
+      if (tc.clip_grad > 0) {
+        const double coef = tc.clip_grad / (grad_norm + 1e-6);
+        if (coef < 1.0) {
+          for (auto& p : params)
+            be.scale(p->grad, coef);
+        }
+      }
+      ++t.optimizer_steps;
+      t.optimizer.step(params, {t.scheduler->current_lr(), t.scheduler->current_weight_decay(),
+                                t.optimizer_steps});
+      t.scheduler->step(sizes.running_global_batch_size);
+      last_grad_norm = grad_norm;
+    } else {
+      ++t.skipped_iterations;
+      ++interval_skipped;
+      if (!std::isfinite(loss)) ++interval_nan;
+      last_grad_norm.reset();
+      log.warn("iteration {}: gradient overflow, step skipped; loss scale now {}",
+               t.iteration + 1, t.scaler->scale());
+    }
+    t.consumed_train += sizes.running_global_batch_size;
+    ++t.iteration;
+    ++interval_iters;
+    interval_loss_sum += loss;
+    interval_tokens += 1;
+    summary.losses.push_back(loss);
+
+    if (t.iteration % core.logging.log_interval == 0 || t.iteration == t.train_iters) {
+      const double elapsed = seconds_since(interval_start);
+      TrainingLogFigures f;
+      f.iteration = t.iteration;
+      f.train_iters = t.train_iters;
+      f.consumed_samples = t.consumed_train;
+      f.elapsed_ms_per_iteration = elapsed * 1000.0 / static_cast<double>(interval_iters);
+      f.tflops_per_gpu = t.model.flops_per_iteration(sizes.running_global_batch_size) /
+                         (elapsed / static_cast<double>(interval_iters) * 1e12 *
+                          static_cast<double>(parallel.world_size()));
+      f.learning_rate = t.scheduler->current_lr();
+      f.global_batch_size = sizes.running_global_batch_size;
+      f.losses = {{"lm loss", interval_loss_sum / interval_tokens}};
+      f.loss_scale = t.scaler ? t.scaler->scale() : 1.0;
+      f.grad_norm = last_grad_norm;
+      f.skipped_iterations = interval_skipped;
+      f.nan_iterations = interval_nan;
+      if (last_rank) {
+        std::cout << format_training_log(f, log_timestamp(std::chrono::system_clock::now()))
+                  << std::endl;
+        if (metrics) metrics << training_metrics_json(f) << std::endl;
+      }
+      interval_loss_sum = interval_tokens = 0;
+      interval_iters = interval_nan = interval_skipped = 0;
+      interval_start = Clock::now();
+    }
+    if (tc.eval_interval > 0 && t.iteration % tc.eval_interval == 0 &&
+        t.iteration < t.train_iters) {
+      report_eval(data::Split::kValid, EvalKind::periodic, t.consumed_valid);
+    }
+    const bool stop = stop_requested() ||
+                      (tc.exit_interval && t.iteration % *tc.exit_interval == 0);
+    const bool periodic = core.checkpoint.save_interval &&
+                          t.iteration % *core.checkpoint.save_interval == 0;
+    if (!core.checkpoint.save.empty() && (periodic || stop)) {
+      summary.last_checkpoint = t.save_checkpoint();
+      last_saved = t.iteration;
+    }
+    if (stop) {
+      log.info("stopping at iteration {} ({})", t.iteration,
+               stop_requested() ? "signal received" : "exit_interval");
+      summary.interrupted = true;
+      break;
+    }
+  }
+
+  if (!summary.interrupted) {
+    if (!core.checkpoint.save.empty() && last_saved != t.iteration) {
+      summary.last_checkpoint = t.save_checkpoint();
+    }
+    std::int64_t valid_position = t.consumed_valid, test_position = 0;
+    report_eval(data::Split::kValid, EvalKind::final_validation, valid_position);
+    report_eval(data::Split::kTest, EvalKind::final_test, test_position);
+  }
+  summary.iteration = t.iteration;
+  summary.consumed_samples = t.consumed_train;
+  return summary;
+}
+
+}  // namespace megatron::train

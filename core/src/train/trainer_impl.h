@@ -1,0 +1,45 @@
+// Trainer internals shared by the loop and its checkpoint code.
+#pragma once
+
+#include <optional>
+
+#include "megatron/backend/backend.h"
+#include "megatron/train/batch_schedule.h"
+#include "megatron/train/loss_scaler.h"
+#include "megatron/train/lr_schedule.h"
+#include "megatron/train/trainer.h"
+
+namespace megatron::train {
+
+struct Trainer::Impl {
+  Impl(TrainerServices s, Model& m, Optimizer& o, Dataset& d)
+      : services(std::move(s)), model(m), optimizer(o), dataset(d) {}
+
+  TrainerServices services;
+  Model& model;
+  Optimizer& optimizer;
+  Dataset& dataset;
+
+  Device device = Device::cpu();
+  std::optional<BatchSchedule> batches;
+  std::optional<OptimizerParamScheduler> scheduler;
+  std::unique_ptr<LossScaler> scaler;
+  std::int64_t train_iters = 0;
+
+  // Progress, all saved in checkpoints.
+  std::int64_t iteration = 0;
+  std::int64_t consumed_train = 0;
+  std::int64_t consumed_valid = 0;
+  std::int64_t skipped_iterations = 0;
+  std::int64_t optimizer_steps = 0;  // applied updates (Adam's bias-correction step)
+  std::uint64_t seed = 1234;         // dropout seed
+
+  // Checkpoint I/O (trainer_checkpoint.cpp).
+  std::string save_checkpoint();
+  void load_checkpoint();
+
+  // One micro-batch of `split` starting at global sample `first` for this data-parallel rank.
+  Batch make_batch(data::Split split, std::int64_t first, std::int64_t micro_batch_size) const;
+};
+
+}  // namespace megatron::train

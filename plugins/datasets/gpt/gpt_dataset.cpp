@@ -1,0 +1,308 @@
+// Builds the splits as Megatron's BlendedMegatronDatasetBuilder does and serves samples as
+// GPTDataset.__getitem__ does (tokens, labels shifted by one, loss mask).
+#include "gpt_dataset.h"
+
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <numeric>
+
+#include "megatron/error.h"
+#include "megatron/parallel/parallel_state.h"
+
+namespace megatron::gpt_data {
+
+namespace {
+
+// Megatron's _PAD_TOKEN_ID: GPT-2's tokenizer has no pad id. Padding only ever appears in a kept
+// last partial sample of the valid split.
+constexpr std::int32_t kPadToken = -1;
+
+std::size_t slot(data::Split split) {
+  return static_cast<std::size_t>(split);
+}
+
+std::string split_text(data::Split split) {
+  return std::string(data::split_name(split));
+}
+
+// Megatron's tokenizer unique_identifiers: the class name and the files, in its argument order.
+data::TokenizerIdentity tokenizer_identity(const GptDataOptions& options) {
+  data::TokenizerIdentity identity;
+  identity.class_name = options.tokenizer_type == "GPT2BPETokenizer" ? "_GPT2BPETokenizer"
+                                                                     : "_" + options.tokenizer_type;
+  for (const std::string& file :
+       {options.tokenizer_files.vocab_file, options.tokenizer_files.merge_file}) {
+    if (!file.empty()) identity.paths.push_back(file);
+  }
+  return identity;
+}
+
+}  // namespace
+
+GptDataset::GptDataset(PluginContext& context)
+    : log_(context.log),
+      parallel_(context.parallel),
+      table_(context.config),
+      options_(read_gpt_data_options(context.config, context.core)) {
+  try {
+    tokenizer_ = make_tokenizer(options_.tokenizer_type, options_.tokenizer_files);
+  } catch (const UsageError& e) {
+    table_.fail("tokenizer_type", e.what());
+  }
+  std::vector<const BlendSpec*> specs;
+  if (options_.blend) specs.push_back(&*options_.blend);
+  for (const auto& spec : options_.blend_per_split) {
+    if (spec) specs.push_back(&*spec);
+  }
+  for (const BlendSpec* spec : specs) {
+    for (const std::string& prefix : spec->prefixes) {
+      const bool opened = std::any_of(low_level_.begin(), low_level_.end(),
+                                      [&](const auto& d) { return d->prefix == prefix; });
+      if (opened) continue;
+      auto dataset =
+          std::make_unique<LowLevelDataset>(LowLevelDataset{prefix, IndexedDataset(prefix), {}});
+      dataset->sequence_lengths = dataset->data.sequence_lengths();
+      low_level_.push_back(std::move(dataset));
+    }
+  }
+}
+
+const LowLevelDataset& GptDataset::low_level(const std::string& prefix) const {
+  for (const auto& dataset : low_level_) {
+    if (dataset->prefix == prefix) return *dataset;
+  }
+  throw Error("dataset " + prefix + " was not opened");
+}
+
+void GptDataset::build(const std::array<std::int64_t, 3>& num_samples) {
+  for (data::Split split : data::kSplits) {
+    if (num_samples[slot(split)] < 0) {
+      throw Error("the " + split_text(split) + " split was asked for " +
+                  std::to_string(num_samples[slot(split)]) + " samples");
+    }
+  }
+  if (parallel_.world_size() == 1) {
+    build_here(num_samples);
+    return;
+  }
+  // Megatron's order: global rank 0 builds the caches, then every other rank loads them. The
+  // status broadcast is the barrier, and tells the others when rank 0 failed so none waits.
+  const bool first = parallel_.world_rank() == 0;
+  std::exception_ptr failure;
+  if (first) {
+    try {
+      build_here(num_samples);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  std::array<std::int64_t, 1> status = {failure ? 1 : 0};
+  parallel_.comm(Group::world).broadcast(status, 0);
+  if (failure) std::rethrow_exception(failure);
+  if (status[0] != 0) {
+    throw Error("rank 0 could not build the dataset index caches (its error message says why)");
+  }
+  if (!first) build_here(num_samples);
+}
+
+void GptDataset::build_here(const std::array<std::int64_t, 3>& num_samples) {
+  for (data::Split split : data::kSplits) {
+    const std::int64_t wanted = num_samples[slot(split)];
+    splits_[slot(split)] = wanted > 0 ? build_split(split, wanted) : SplitDataset{};
+  }
+}
+
+SplitDataset GptDataset::build_split(data::Split split, std::int64_t num_samples) const {
+  const bool talk = parallel_.world_rank() == 0;
+  const BlendSpec* spec = nullptr;
+  data::SplitMatrix matrix{};
+  bool per_split_blend = false;
+  if (options_.blend) {
+    spec = &*options_.blend;
+    matrix = options_.split_matrix;
+  } else {
+    spec =
+        options_.blend_per_split[slot(split)] ? &*options_.blend_per_split[slot(split)] : nullptr;
+    matrix[slot(split)] = data::SplitBookends{0.0, 1.0};
+    per_split_blend = true;
+  }
+  // Megatron builds no dataset for a split without data; the loop sees an empty split and skips
+  // that evaluation. Training cannot do without its split.
+  if (!spec || !matrix[slot(split)]) {
+    const std::string reason = spec ? "zero weight in split \"" + options_.split.value_or("") + "\""
+                                    : "no " + per_split_key(split);
+    if (split == data::Split::kTrain) {
+      table_.fail(spec ? "split" : per_split_key(split),
+                  "the train split has no data (" + reason + ") but the schedule trains on " +
+                      std::to_string(num_samples) + " samples");
+    }
+    if (talk) {
+      log_.warn(
+          "data: the {} split has no data ({}) but the schedule asks for {} samples; it is "
+          "left empty",
+          split_text(split), reason, num_samples);
+    }
+    return {};
+  }
+
+  SplitDataset out;
+  const bool has_weights = !spec->weights.empty();
+  if (!data::needs_blend_layer(spec->prefixes.size(), has_weights, per_split_blend)) {
+    out.constituents.push_back(build_mid_level(low_level(spec->prefixes[0]), *spec, split, matrix,
+                                               per_split_blend, num_samples));
+    out.size = out.constituents[0].indices.size();
+  } else {
+    data::BlendRequest request;
+    if (has_weights) request.weights = spec->weights;
+    request.size = num_samples;
+    request.surplus = options_.mid_level_dataset_surplus;
+    const auto plan = data::plan_constituent_samples(request, spec->prefixes.size());
+    std::vector<std::int64_t> lengths;
+    for (std::size_t d = 0; d < spec->prefixes.size(); ++d) {
+      out.constituents.push_back(build_mid_level(low_level(spec->prefixes[d]), *spec, split, matrix,
+                                                 per_split_blend, plan[d]));
+      lengths.push_back(out.constituents.back().indices.size());
+    }
+    data::Blend blend;
+    try {
+      blend = data::build_blend(request, lengths);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      table_.fail(spec->key, "blending the " + split_text(split) + " split: " + e.what());
+    }
+    out.size = static_cast<std::int64_t>(blend.indices.dataset_index.size());
+    out.blend = std::move(blend.indices);
+    if (talk) {
+      log_.info("data: {} split: a blend of {} datasets, {} samples", split_text(split),
+                spec->prefixes.size(), out.size);
+    }
+  }
+  if (out.size < num_samples) {
+    table_.fail(spec->key, "the " + split_text(split) + " split has " + std::to_string(out.size) +
+                               " samples but the schedule needs " + std::to_string(num_samples) +
+                               "; a blend without weights uses each dataset once: give weights "
+                               "to repeat them as needed");
+  }
+  return out;
+}
+
+MidLevelDataset GptDataset::build_mid_level(const LowLevelDataset& source, const BlendSpec& spec,
+                                            data::Split split, const data::SplitMatrix& matrix,
+                                            bool per_split_blend,
+                                            std::optional<std::int64_t> num_samples) const {
+  const auto elements = static_cast<std::int64_t>(source.sequence_lengths.size());
+  const data::ElementRange range = data::split_element_range(*matrix[slot(split)], elements);
+  if (range.size() <= 0) {
+    const std::string share =
+        per_split_blend ? std::string("the dataset has no sequences")
+                        : "split \"" + *options_.split + "\" gives it sequences [" +
+                              std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                              ") of " + std::to_string(elements);
+    table_.fail(spec.key, "the " + split_text(split) + " split of " + source.prefix +
+                              " is empty (" + share +
+                              ") but the schedule asks for samples of "
+                              "it; give the split a larger share or use more data");
+  }
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(range.size()));
+  std::iota(ids.begin(), ids.end(), static_cast<std::int32_t>(range.begin));
+
+  data::GptDatasetIdentity identity;
+  identity.dataset_path = source.prefix;
+  identity.split = split;
+  if (!per_split_blend) {
+    identity.split_string = options_.split;
+    identity.split_matrix = matrix;
+  }
+  identity.tokenizer = tokenizer_identity(options_);
+
+  data::GptIndexOptions index_options;
+  index_options.sequence_length = options_.seq_length;
+  index_options.num_samples = num_samples;
+  index_options.seed = options_.seed;
+  index_options.add_extra_token = true;
+  index_options.drop_last_partial_sequence =
+      split != data::Split::kValid || options_.drop_last_partial_validation_sequence;
+
+  const std::filesystem::path cache_dir = options_.data_cache_path
+                                              ? std::filesystem::path(*options_.data_cache_path)
+                                              : data::default_gpt_cache_dir(source.prefix);
+  bool built = false;
+  MidLevelDataset mid{&source, {}};
+  try {
+    mid.indices = data::load_or_build_gpt_indices(cache_dir, identity, ids, source.sequence_lengths,
+                                                  index_options, &built);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error("the " + split_text(split) + " split of " + source.prefix + ": " + e.what());
+  }
+  const bool talk = parallel_.world_rank() == 0;
+  if (talk || built) {
+    log_.log(talk ? spdlog::level::info : spdlog::level::warn,
+             "data: {} split of {}: {} the indices {} ({} samples from {} sequences, {} epoch(s))",
+             split_text(split), source.prefix, built ? "built" : "loaded",
+             built ? "into " + cache_dir.string() : "from " + cache_dir.string(),
+             mid.indices.size(), ids.size(), mid.indices.num_epochs);
+  }
+  return mid;
+}
+
+std::int64_t GptDataset::size(data::Split split) const {
+  return splits_[slot(split)].size;
+}
+
+void GptDataset::get(data::Split split, std::int64_t index, std::span<std::int32_t> tokens,
+                     std::span<std::int32_t> labels, std::span<float> loss_mask) const {
+  const SplitDataset& dataset = splits_[slot(split)];
+  if (index < 0 || index >= dataset.size) {
+    throw Error("sample " + std::to_string(index) + " of the " + split_text(split) +
+                " split does not exist: it has " + std::to_string(dataset.size) + " samples");
+  }
+  const auto length = static_cast<std::size_t>(options_.seq_length);
+  if (tokens.size() != length || labels.size() != length || loss_mask.size() != length) {
+    throw Error("a sample has seq_length " + std::to_string(length) +
+                " tokens, labels and loss-mask entries; got " + std::to_string(tokens.size()) +
+                ", " + std::to_string(labels.size()) + " and " + std::to_string(loss_mask.size()));
+  }
+  const MidLevelDataset* mid = &dataset.constituents[0];
+  std::int64_t item = index;
+  if (dataset.blend) {
+    const auto at = static_cast<std::size_t>(index);
+    mid = &dataset.constituents[static_cast<std::size_t>(dataset.blend->dataset_index[at])];
+    item = dataset.blend->dataset_sample_index[at];
+  }
+
+  // The sample's seq_length + 1 tokens (the last one is only a label), padded when short.
+  std::vector<std::int32_t> text(length + 1, kPadToken);
+  std::size_t filled = 0;
+  for (const data::SamplePiece& piece :
+       mid->indices.sample_pieces(item, mid->source->sequence_lengths)) {
+    const auto count = static_cast<std::size_t>(piece.length);
+    if (count > text.size() - filled) {
+      throw Error("the indices of " + mid->source->prefix + " give sample " + std::to_string(item) +
+                  " more than seq_length + 1 tokens");
+    }
+    mid->source->data.read(static_cast<std::size_t>(piece.sequence_id),
+                           static_cast<std::size_t>(piece.offset),
+                           std::span<std::int32_t>(text).subspan(filled, count));
+    filled += count;
+  }
+
+  // GPTDataset.__getitem__ with _get_ltor_masks_and_position_ids: the EOD mask looks at the
+  // input tokens, the padding mask at the labels; padding ids then become 0.
+  const TokenId eod = tokenizer_->eod();
+  for (std::size_t i = 0; i < length; ++i) {
+    const std::int32_t input = text[i];
+    const std::int32_t label = text[i + 1];
+    float mask = 1.0f;
+    if (options_.eod_mask_loss && input == eod) mask = 0.0f;
+    if (label == kPadToken) mask = 0.0f;
+    tokens[i] = input == kPadToken ? 0 : input;
+    labels[i] = label == kPadToken ? 0 : label;
+    loss_mask[i] = mask;
+  }
+}
+
+}  // namespace megatron::gpt_data

@@ -1,0 +1,73 @@
+// Megatron's GPT dataset as a megatron::Dataset: per split a GPTDataset over one indexed dataset,
+// or a BlendedDataset over several, built the way BlendedMegatronDatasetBuilder builds them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpt_options.h"
+#include "megatron/data/blend.h"
+#include "megatron/data/gpt_indices.h"
+#include "megatron/data/indexed_dataset.h"
+#include "megatron/dataset.h"
+#include "megatron/plugin.h"
+
+namespace megatron::gpt_data {
+
+// One indexed dataset (Megatron's low-level dataset), shared by every split that reads it.
+struct LowLevelDataset {
+  std::string prefix;
+  IndexedDataset data;
+  std::vector<std::int32_t> sequence_lengths;
+};
+
+// One GPTDataset: the indices of one split of one low-level dataset.
+struct MidLevelDataset {
+  const LowLevelDataset* source = nullptr;
+  data::GptIndices indices;
+};
+
+// What one split serves: a single GPTDataset, or a blend of several.
+struct SplitDataset {
+  std::vector<MidLevelDataset> constituents;
+  std::optional<data::BlendIndices> blend;
+  std::int64_t size = 0;
+};
+
+class GptDataset final : public Dataset {
+ public:
+  // Reads the options, opens every dataset and the tokenizer; builds nothing yet.
+  explicit GptDataset(PluginContext& context);
+
+  // Rank 0 builds (or loads) the index caches first; after it succeeds, the other ranks load them.
+  void build(const std::array<std::int64_t, 3>& num_samples) override;
+  std::int64_t size(data::Split split) const override;
+  std::int64_t seq_length() const override { return options_.seq_length; }
+  const Tokenizer& tokenizer() const override { return *tokenizer_; }
+  void get(data::Split split, std::int64_t index, std::span<std::int32_t> tokens,
+           std::span<std::int32_t> labels, std::span<float> loss_mask) const override;
+
+ private:
+  void build_here(const std::array<std::int64_t, 3>& num_samples);
+  SplitDataset build_split(data::Split split, std::int64_t num_samples) const;
+  MidLevelDataset build_mid_level(const LowLevelDataset& source, const BlendSpec& spec,
+                                  data::Split split, const data::SplitMatrix& matrix,
+                                  bool per_split_blend,
+                                  std::optional<std::int64_t> num_samples) const;
+  const LowLevelDataset& low_level(const std::string& prefix) const;
+
+  Logger& log_;
+  ParallelState& parallel_;
+  config::ConfigTable table_;  // a copy, for errors that point into the config file
+  GptDataOptions options_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::unique_ptr<LowLevelDataset>> low_level_;
+  std::array<SplitDataset, 3> splits_;
+};
+
+}  // namespace megatron::gpt_data

@@ -1,0 +1,51 @@
+// The [data] table of the `gpt` dataset plugin: its keys (Megatron-LM's argument names) and the
+// options read from it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "megatron/config/core_config.h"
+#include "megatron/config/schema.h"
+#include "megatron/config/table.h"
+#include "megatron/data/split.h"
+#include "megatron/tokenizer/tokenizer.h"
+
+namespace megatron::gpt_data {
+
+// One blend as configured: dataset path prefixes and their weights (empty: none given).
+struct BlendSpec {
+  std::string key;  // the config key it came from, for messages
+  std::vector<std::string> prefixes;
+  std::vector<double> weights;
+};
+
+struct GptDataOptions {
+  std::optional<BlendSpec> blend;                           // data_path
+  std::array<std::optional<BlendSpec>, 3> blend_per_split;  // train/valid/test_data_path
+  std::optional<std::string> split;                         // nullopt with per-split blends
+  data::SplitMatrix split_matrix{};                         // from `split`
+  std::int64_t seq_length = 0;
+  std::string tokenizer_type;
+  TokenizerFiles tokenizer_files;
+  std::optional<std::string> data_cache_path;
+  bool eod_mask_loss = false;
+  bool drop_last_partial_validation_sequence = true;
+  double mid_level_dataset_surplus = 0.005;
+  std::int64_t seed = 1234;  // [training] seed
+};
+
+void declare_gpt_data_config(config::TableSchema& schema);
+
+// Reads the validated table. Throws ConfigError, naming the key and the file, when a dataset's
+// .idx or .bin file is missing or the tokenizer lacks a file it needs.
+GptDataOptions read_gpt_data_options(const config::ConfigTable& table,
+                                     const config::CoreConfig& core);
+
+// The config key of a split's own blend: "train_data_path", "valid_data_path", "test_data_path".
+std::string per_split_key(data::Split split);
+
+}  // namespace megatron::gpt_data

@@ -1,0 +1,89 @@
+// Helpers for the checkpoint tests: a temporary directory, bitwise tensor comparison, error checks.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "megatron/checkpoint/checkpoint.h"
+#include "megatron/error.h"
+#include "megatron/tensor/tensor.h"
+
+namespace megatron::checkpoint::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "checkpoint-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The elements of a (possibly strided) host tensor in logical order, as raw bytes.
+inline std::string logical_bytes(const Tensor& t) {
+  const std::size_t size = t.element_size();
+  std::string out(static_cast<std::size_t>(t.numel()) * size, '\0');
+  const char* src = static_cast<const char*>(t.raw_data());
+  std::vector<std::int64_t> counter(static_cast<std::size_t>(t.dim()), 0);
+  std::int64_t index = 0;
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    std::memcpy(out.data() + i * std::int64_t(size), src + index * std::int64_t(size), size);
+    for (int d = t.dim() - 1; d >= 0; --d) {
+      if (++counter[d] < t.shape()[d]) {
+        index += t.strides()[d];
+        break;
+      }
+      index -= t.strides()[d] * (t.shape()[d] - 1);
+      counter[d] = 0;
+    }
+  }
+  return out;
+}
+
+// Same dtype, same shape, same bits.
+inline ::testing::AssertionResult bitwise_equal(const Tensor& expected, const Tensor& actual) {
+  if (expected.dtype() != actual.dtype() || expected.shape() != actual.shape()) {
+    return ::testing::AssertionFailure()
+           << "expected " << expected.describe() << ", got " << actual.describe();
+  }
+  if (logical_bytes(expected) != logical_bytes(actual)) {
+    return ::testing::AssertionFailure() << expected.describe() << ": the bytes differ";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace megatron::checkpoint::testing
+
+// EXPECT_ERROR_MENTIONING(statement, text...): the statement throws megatron::Error whose message
+// contains every given piece of text.
+#define EXPECT_ERROR_MENTIONING(statement, ...)                                           \
+  do {                                                                                    \
+    try {                                                                                 \
+      statement;                                                                          \
+      ADD_FAILURE() << #statement " did not throw megatron::Error";                       \
+    } catch (const megatron::Error& error_) {                                             \
+      const std::string message_ = error_.what();                                         \
+      for (const std::string& piece_ : std::initializer_list<std::string>{__VA_ARGS__}) { \
+        EXPECT_NE(message_.find(piece_), std::string::npos)                               \
+            << "message \"" << message_ << "\" lacks \"" << piece_ << "\"";               \
+      }                                                                                   \
+    }                                                                                     \
+  } while (false)
