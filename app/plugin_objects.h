@@ -1,4 +1,5 @@
-// Creating the plugin object a config table selects, checked against the interface it must have.
+// The objects a job is built from: the parallel layout of the config and the plugin object a
+// config table selects, checked against the interface it must have.
 #pragma once
 
 #include <memory>
@@ -9,6 +10,18 @@
 #include "session.h"
 
 namespace megatron::app {
+
+// The parallel layout the config's [parallel] table asks for.
+inline ParallelSizes parallel_sizes(const config::ParallelConfig& p) {
+  ParallelSizes s;
+  s.tensor = p.tensor_model_parallel_size;
+  s.pipeline = p.pipeline_model_parallel_size;
+  s.context = p.context_parallel_size;
+  s.expert = p.expert_model_parallel_size;
+  s.expert_tensor = p.expert_tensor_parallel_size;
+  s.order = p.rank_order();
+  return s;
+}
 
 // The object of the plugin `table` selects, as T; UsageError naming the table when the config
 // has none (`example` shows what to write), PluginError when the object is not a T.

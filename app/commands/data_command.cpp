@@ -12,6 +12,7 @@
 #include "megatron/parallel/parallel_state.h"
 #include "megatron/train/batch_schedule.h"
 #include "megatron/train/sample_counts.h"
+#include "plugin_objects.h"
 #include "session.h"
 
 namespace megatron::app {
@@ -25,17 +26,6 @@ struct DataOptions {
   std::int64_t first = 10;
   bool text = false;
 };
-
-ParallelSizes parallel_sizes(const config::ParallelConfig& p) {
-  ParallelSizes s;
-  s.tensor = p.tensor_model_parallel_size;
-  s.pipeline = p.pipeline_model_parallel_size;
-  s.context = p.context_parallel_size;
-  s.expert = p.expert_model_parallel_size;
-  s.expert_tensor = p.expert_tensor_parallel_size;
-  s.order = p.rank_order();
-  return s;
-}
 
 data::Split parse_split_name(const std::string& name) {
   for (data::Split split : data::kSplits) {
@@ -148,14 +138,8 @@ int run_data(MpiRuntime& runtime, const std::vector<std::string>& args) {
   const std::array<std::int64_t, 3> wanted =
       train::train_valid_test_num_samples(core.training, gbs);
 
-  PluginContext context{*session.log, parallel, session.config.table("data"), core};
-  std::unique_ptr<Plugin> object = session.catalog.create(*selected->record, context);
-  auto* dataset = dynamic_cast<Dataset*>(object.get());
-  if (!dataset) {
-    throw PluginError("dataset plugin '" + selected->record->name + "' (" +
-                      selected->record->file.string() +
-                      ") created an object that does not implement megatron::Dataset");
-  }
+  auto dataset =
+      create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset", "type = \"gpt\"");
   dataset->build(wanted);
   if (runtime.world_rank() != 0) return 0;
 

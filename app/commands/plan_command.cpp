@@ -93,8 +93,8 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   const train::MemoryPlan plan = train::plan_memory(model->parameters(), dims, layout, tied);
 
   const char* precision = core.training.bf16 ? "bf16" : core.training.fp16 ? "fp16" : "fp32";
-  const std::int64_t world = layout.tensor * layout.pipeline *
-                             core.parallel.context_parallel_size * data_parallel;
+  const std::int64_t world =
+      layout.tensor * layout.pipeline * core.parallel.context_parallel_size * data_parallel;
   std::cout << model->describe() << "\n";
   std::cout << fmt::format(
       "layout: tensor {} x pipeline {} x data {} = {} ranks; micro batch {}, global batch {} "
@@ -120,8 +120,7 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
       "activations per rank (first stage, micro-batches in flight, 16-bit):\n"
       "  no recomputation: {}\n  selective recomputation: {}\n  full recomputation: {}\n",
       train::format_bytes(plan.activations_no_recompute),
-      train::format_bytes(plan.activations_selective),
-      train::format_bytes(plan.activations_full));
+      train::format_bytes(plan.activations_selective), train::format_bytes(plan.activations_full));
   std::cout << fmt::format("model FLOPs per iteration (global batch {}): {:.4e}\n",
                            batches.global_batch_size(),
                            model->flops_per_iteration(batches.global_batch_size()));

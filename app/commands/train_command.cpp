@@ -4,11 +4,11 @@
 #include "cli.h"
 #include "commands/commands.h"
 #include "megatron/backend/backend.h"
-#include "megatron/error.h"
-#include "megatron/parallel/parallel_state.h"
 #include "megatron/dataset.h"
+#include "megatron/error.h"
 #include "megatron/model.h"
 #include "megatron/optimizer.h"
+#include "megatron/parallel/parallel_state.h"
 #include "megatron/task.h"
 #include "megatron/train/trainer.h"
 #include "plugin_objects.h"
@@ -19,17 +19,6 @@ namespace megatron::app {
 namespace po = boost::program_options;
 
 namespace {
-
-ParallelSizes sizes_from(const config::ParallelConfig& p) {
-  ParallelSizes s;
-  s.tensor = p.tensor_model_parallel_size;
-  s.pipeline = p.pipeline_model_parallel_size;
-  s.context = p.context_parallel_size;
-  s.expert = p.expert_model_parallel_size;
-  s.expert_tensor = p.expert_tensor_parallel_size;
-  s.order = p.rank_order();
-  return s;
-}
 
 int run_task(Session& session, ParallelState& parallel, const SelectedPlugin& task_plugin) {
   PluginContext context{*session.log, parallel, session.config.table(task_plugin.table),
@@ -50,20 +39,19 @@ int run_task(Session& session, ParallelState& parallel, const SelectedPlugin& ta
 }
 
 int run_training(Session& session, ParallelState& parallel) {
-  auto dataset = create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset",
-                                        "type = \"gpt\"");
-  auto model = create_plugin<Model>(session, parallel, "model", "megatron::Model",
-                                    "type = \"gpt\"");
-  auto optimizer = create_plugin<Optimizer>(session, parallel, "optimizer",
-                                            "megatron::Optimizer", "type = \"adam\"");
+  auto dataset =
+      create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset", "type = \"gpt\"");
+  auto model =
+      create_plugin<Model>(session, parallel, "model", "megatron::Model", "type = \"gpt\"");
+  auto optimizer = create_plugin<Optimizer>(session, parallel, "optimizer", "megatron::Optimizer",
+                                            "type = \"adam\"");
   train::Trainer trainer({*session.log, parallel, session.config.core(), session.config.to_toml()},
                          *model, *optimizer, *dataset);
   const train::TrainSummary summary = trainer.run();
-  session.log->info("{} at iteration {} ({} samples){}",
-                    summary.interrupted ? "stopped" : "finished", summary.iteration,
-                    summary.consumed_samples,
-                    summary.last_checkpoint.empty() ? ""
-                                                    : "; checkpoint " + summary.last_checkpoint);
+  session.log->info(
+      "{} at iteration {} ({} samples){}", summary.interrupted ? "stopped" : "finished",
+      summary.iteration, summary.consumed_samples,
+      summary.last_checkpoint.empty() ? "" : "; checkpoint " + summary.last_checkpoint);
   return 0;
 }
 
@@ -90,7 +78,7 @@ int run_train(MpiRuntime& runtime, const std::vector<std::string>& args) {
 
   set_compute_threads(session.config.core().runtime.threads);
   ParallelState parallel =
-      ParallelState::create(runtime, sizes_from(session.config.core().parallel));
+      ParallelState::create(runtime, parallel_sizes(session.config.core().parallel));
   session.log->info(
       "world {}: tensor {} x pipeline {} x context {} x data {}; {} compute thread(s)",
       parallel.world_size(), parallel.tp_size(), parallel.pp_size(), parallel.cp_size(),

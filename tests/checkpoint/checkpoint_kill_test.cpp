@@ -1,5 +1,5 @@
 // Crash safety under SIGKILL: a child process saves large checkpoints in a loop and is killed at
-// different moments (mid tensor write, mid marker update, between saves); every time, the
+// different moments (mid tensor write, mid marker update, in later saves); every time, the
 // checkpoint the marker names loads and holds exactly what was saved for that iteration.
 #include <gtest/gtest.h>
 
@@ -85,7 +85,9 @@ bool any_partial(const fs::path& dir, const std::string& suffix) {
   }
 }
 
-enum class KillWhen { after_delay, partial_file_exists, marker_partial_exists };
+// Kill once the child's first checkpoint file is being written (plus a delay: later in that
+// write, during its rename or marker update, or in a later save), or once a marker update starts.
+enum class KillWhen { writing_file, updating_marker };
 
 void kill_child(const fs::path& dir, KillWhen when, int delay_ms) {
   const std::int64_t first = latest_iteration(dir).value() + 1;
@@ -98,14 +100,10 @@ void kill_child(const fs::path& dir, KillWhen when, int delay_ms) {
   if (child == 0) save_forever(dir, first);
 
   const auto deadline = Clock::now() + std::chrono::seconds(20);
-  if (when == KillWhen::after_delay) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-  } else {
-    const std::string suffix =
-        when == KillWhen::partial_file_exists ? ".h5.partial" : ".txt.partial";
-    while (!any_partial(dir, suffix) && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+  const std::string suffix = when == KillWhen::writing_file ? ".h5.partial" : ".txt.partial";
+  while (!any_partial(dir, suffix) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   kill(child, SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -120,12 +118,9 @@ void kill_child(const fs::path& dir, KillWhen when, int delay_ms) {
 TEST(CheckpointKill, PreviousCheckpointSurvivesSigkill) {
   TempDir dir;
   save_checkpoint(dir.path(), state_at(0));
-  kill_child(dir.path(), KillWhen::partial_file_exists, 0);
-  kill_child(dir.path(), KillWhen::after_delay, 1);
-  kill_child(dir.path(), KillWhen::marker_partial_exists, 0);
-  for (int delay_ms : {5, 17, 40, 90, 160})
-    kill_child(dir.path(), KillWhen::after_delay, delay_ms);
-  kill_child(dir.path(), KillWhen::partial_file_exists, 0);
+  for (int delay_ms : {0, 1, 3, 8, 20, 50, 120})
+    kill_child(dir.path(), KillWhen::writing_file, delay_ms);
+  kill_child(dir.path(), KillWhen::updating_marker, 0);
 
   // Saving continues where the marker says, and clears what the killed saves left behind.
   const std::int64_t next = latest_iteration(dir.path()).value() + 1;

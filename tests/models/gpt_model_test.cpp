@@ -83,13 +83,14 @@ void check_gradients(const GptConfig& c, bool partial_mask) {
       const double minus = mean_loss(*m, batch);
       v[i] = saved;
       const double numeric = (plus - minus) / (2 * h);
-      EXPECT_NEAR(g[i], numeric, 1e-7 + 1e-5 * std::abs(numeric))
-          << p->name << "[" << i << "]";
+      EXPECT_NEAR(g[i], numeric, 1e-7 + 1e-5 * std::abs(numeric)) << p->name << "[" << i << "]";
     }
   }
 }
 
-TEST(GptModel, GradientsLearnedLayerNormGeluTied) { check_gradients(tiny_config(), false); }
+TEST(GptModel, GradientsLearnedLayerNormGeluTied) {
+  check_gradients(tiny_config(), false);
+}
 
 TEST(GptModel, GradientsRopeRmsNormSwigluUntiedGqaNoBias) {
   GptConfig c = tiny_config();

@@ -38,7 +38,7 @@ struct StepOptions {
 };
 
 struct StepResult {
-  double loss_sum = 0;   // sum over masked tokens of the per-token loss
+  double loss_sum = 0;     // sum over masked tokens of the per-token loss
   double token_count = 0;  // sum of loss_mask
 };
 

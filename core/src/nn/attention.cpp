@@ -8,7 +8,9 @@ namespace megatron::nn {
 namespace {
 
 // (S, B, H, D) -> the (B, S, H, D) view the attention and rotary ops take.
-Tensor bshd(const Tensor& t) { return t.permute({1, 0, 2, 3}); }
+Tensor bshd(const Tensor& t) {
+  return t.permute({1, 0, 2, 3});
+}
 
 }  // namespace
 
@@ -63,8 +65,8 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Rota
   saved.out = be.empty({s, b, np, hn}, dt);
   saved.lse = be.empty({b, np, s}, dt == DType::f64 ? DType::f64 : DType::f32);
   Tensor out4 = bshd(saved.out);
-  be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v), params(ctx, dropout_site),
-                       out4, saved.lse);
+  be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v), params(ctx, dropout_site), out4,
+                       saved.lse);
   Tensor y_rows = y.view({rows, h});
   proj.forward(be, saved.out.view({rows, np * hn}), y_rows);
 }

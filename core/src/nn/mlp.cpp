@@ -9,9 +9,8 @@ void Mlp::declare(ParamFactory& factory, const std::string& prefix,
   const std::int64_t fc1_out = config.swiglu ? 2 * config.ffn_hidden_size : config.ffn_hidden_size;
   fc1 = Linear::declare(factory, prefix + ".linear_fc1", config.hidden_size, fc1_out,
                         config.add_bias_linear, config.init_method_std, TensorParallel::column);
-  fc2 = Linear::declare(factory, prefix + ".linear_fc2", config.ffn_hidden_size,
-                        config.hidden_size, config.add_bias_linear, config.output_init_std(),
-                        TensorParallel::row);
+  fc2 = Linear::declare(factory, prefix + ".linear_fc2", config.ffn_hidden_size, config.hidden_size,
+                        config.add_bias_linear, config.output_init_std(), TensorParallel::row);
 }
 
 void Mlp::forward(const LayerContext& ctx, const Tensor& x, Tensor& y, Saved& saved) const {

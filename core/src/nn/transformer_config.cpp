@@ -18,8 +18,9 @@ RotaryTables make_rotary_tables(std::int64_t seq_length, std::int64_t rotary_dim
   std::vector<double> cos(static_cast<std::size_t>(seq_length * rotary_dim));
   std::vector<double> sin(cos.size());
   for (std::int64_t i = 0; i < half; ++i) {
-    const float inv_freq = 1.0f / static_cast<float>(std::pow(
-                                      base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
+    const float inv_freq =
+        1.0f / static_cast<float>(
+                   std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
     for (std::int64_t s = 0; s < seq_length; ++s) {
       const float angle = static_cast<float>(s) * inv_freq;
       for (std::int64_t j : {i, i + half}) {

@@ -15,9 +15,8 @@ void TransformerLayer::declare(ParamFactory& factory, const std::string& prefix,
   mlp.declare(factory, prefix + ".mlp", config);
 }
 
-void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x,
-                               const RotaryTables* rotary, Tensor& y, Saved& saved,
-                               bool keep) const {
+void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary,
+                               Tensor& y, Saved& saved, bool keep) const {
   Backend& be = ctx.backend;
   const std::int64_t h = x.size(2), rows = x.size(0) * x.size(1);
   const DType dt = x.dtype();
@@ -82,8 +81,7 @@ void TransformerLayer::backward(const LayerContext& ctx, const Tensor& dy,
   Tensor dln1 = be.empty(dy.shape(), dt);
   self_attention.backward(ctx, saved.ln1, dattn, rotary, site(0), saved.attention, dln1);
   Tensor dx_rows = dx.view({rows, h});
-  input_layernorm.backward(be, dln1.view({rows, h}), saved.x.view({rows, h}), saved.norm1,
-                           dx_rows);
+  input_layernorm.backward(be, dln1.view({rows, h}), saved.x.view({rows, h}), saved.norm1, dx_rows);
   be.add(dx_rows, dx1_rows, dx_rows);
   saved = {};
 }

@@ -69,8 +69,10 @@ MemoryPlan plan_memory(const ParameterSet& params, const ModelDimensions& d,
   // as Megatron writes it) with selective recomputation, 2sbh/t per layer input with full
   // recomputation plus one layer's working set. The first stage holds `pp` micro-batches in
   // flight under 1F1B, i.e. L layers' worth in total (Megatron's theoretical_memory_usage).
-  const double s = static_cast<double>(d.seq_length), b = static_cast<double>(layout.micro_batch_size);
-  const double h = static_cast<double>(d.hidden_size), a = static_cast<double>(d.num_attention_heads);
+  const double s = static_cast<double>(d.seq_length),
+               b = static_cast<double>(layout.micro_batch_size);
+  const double h = static_cast<double>(d.hidden_size),
+               a = static_cast<double>(d.num_attention_heads);
   const double ffn_ratio = static_cast<double>(d.ffn_hidden_size) / h;
   const double layers = static_cast<double>(d.num_layers);
   const double sbh = s * b * h;
@@ -78,13 +80,13 @@ MemoryPlan plan_memory(const ParameterSet& params, const ModelDimensions& d,
   const double full_layer = selective_layer + 5 * a * s * s * b;
   double in_flight = 1.0;
   if (pp > 1) {
-    in_flight = std::min(1.0, static_cast<double>(layout.num_micro_batches) / static_cast<double>(pp));
+    in_flight =
+        std::min(1.0, static_cast<double>(layout.num_micro_batches) / static_cast<double>(pp));
   }
   // Embedding input (8 bytes per token) and embedding dropout mask per micro-batch in flight.
   const double embedding = (8 * s * b + sbh) * static_cast<double>(pp);
   // Output layer and cross-entropy inputs when one stage holds everything.
-  const double head =
-      pp == 1 ? sbh * 4 * (1 + static_cast<double>(d.padded_vocab_size) / h) : 0.0;
+  const double head = pp == 1 ? sbh * 4 * (1 + static_cast<double>(d.padded_vocab_size) / h) : 0.0;
   auto total = [&](double per_layer_stack) {
     return ((per_layer_stack + embedding) * in_flight + head) / static_cast<double>(tp);
   };

@@ -26,8 +26,12 @@ void install_stop_signal_handlers() {
   std::signal(SIGINT, on_stop_signal);
 }
 
-bool stop_requested() { return g_stop != 0; }
+bool stop_requested() {
+  return g_stop != 0;
+}
 
-void reset_stop_request() { g_stop = 0; }
+void reset_stop_request() {
+  g_stop = 0;
+}
 
 }  // namespace megatron::train

@@ -201,8 +201,8 @@ TrainSummary Trainer::run() {
       ++interval_skipped;
       if (!std::isfinite(loss)) ++interval_nan;
       last_grad_norm.reset();
-      log.warn("iteration {}: gradient overflow, step skipped; loss scale now {}",
-               t.iteration + 1, t.scaler->scale());
+      log.warn("iteration {}: gradient overflow, step skipped; loss scale now {}", t.iteration + 1,
+               t.scaler->scale());
     }
     t.consumed_train += sizes.running_global_batch_size;
     ++t.iteration;
@@ -241,10 +241,10 @@ TrainSummary Trainer::run() {
         t.iteration < t.train_iters) {
       report_eval(data::Split::kValid, EvalKind::periodic, t.consumed_valid);
     }
-    const bool stop = stop_requested() ||
-                      (tc.exit_interval && t.iteration % *tc.exit_interval == 0);
-    const bool periodic = core.checkpoint.save_interval &&
-                          t.iteration % *core.checkpoint.save_interval == 0;
+    const bool stop =
+        stop_requested() || (tc.exit_interval && t.iteration % *tc.exit_interval == 0);
+    const bool periodic =
+        core.checkpoint.save_interval && t.iteration % *core.checkpoint.save_interval == 0;
     if (!core.checkpoint.save.empty() && (periodic || stop)) {
       summary.last_checkpoint = t.save_checkpoint();
       last_saved = t.iteration;

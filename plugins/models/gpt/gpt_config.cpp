@@ -55,14 +55,14 @@ void declare_gpt_config(config::TableSchema& s) {
     }
     if (t.string("recompute_granularity") == "full" &&
         t.integer("recompute_num_layers") > t.integer("num_layers")) {
-      t.fail("recompute_num_layers", "recompute_num_layers " +
-                                         std::to_string(t.integer("recompute_num_layers")) +
-                                         " exceeds num_layers " +
-                                         std::to_string(t.integer("num_layers")));
+      t.fail("recompute_num_layers",
+             "recompute_num_layers " + std::to_string(t.integer("recompute_num_layers")) +
+                 " exceeds num_layers " + std::to_string(t.integer("num_layers")));
     }
     if (t.string("position_embedding_type") == "rope") {
       const std::int64_t hn = t.has("kv_channels") ? t.integer("kv_channels") : h / np;
-      const auto rot = static_cast<std::int64_t>(static_cast<double>(hn) * t.real("rotary_percent"));
+      const auto rot =
+          static_cast<std::int64_t>(static_cast<double>(hn) * t.real("rotary_percent"));
       if (rot < 2 || rot % 2 != 0) {
         t.fail("rotary_percent", "rotary_percent x kv_channels = " + std::to_string(rot) +
                                      " must be an even number of at least 2");

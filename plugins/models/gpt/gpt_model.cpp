@@ -12,7 +12,8 @@ namespace megatron::gpt {
 void GptModel::build(const ModelBuildInfo& info) {
   info_ = info;
   const nn::TransformerConfig& tc = config_.transformer;
-  padded_vocab_ = megatron::padded_vocab_size(info.vocab_size, config_.make_vocab_size_divisible_by, 1);
+  padded_vocab_ =
+      megatron::padded_vocab_size(info.vocab_size, config_.make_vocab_size_divisible_by, 1);
   std::int64_t max_pos = config_.max_position_embeddings;
   if (max_pos == 0) max_pos = info.seq_length;
   if (info.seq_length > max_pos) {
@@ -26,8 +27,8 @@ void GptModel::build(const ModelBuildInfo& info) {
                      tc.init_method_std, tc.hidden_dropout);
   layers_.resize(static_cast<std::size_t>(tc.num_layers));
   for (std::int64_t i = 0; i < tc.num_layers; ++i) {
-    layers_[static_cast<std::size_t>(i)].declare(factory, "decoder.layers." + std::to_string(i),
-                                                 tc, i);
+    layers_[static_cast<std::size_t>(i)].declare(factory, "decoder.layers." + std::to_string(i), tc,
+                                                 i);
   }
   final_layernorm_ = nn::Norm::declare(factory, "decoder.final_layernorm", tc.hidden_size,
                                        tc.normalization, tc.norm_epsilon);
@@ -41,7 +42,8 @@ void GptModel::build(const ModelBuildInfo& info) {
                                      info.param_dtype);
   }
   chunks_ = plan_chunks();
-  if (!info.device.is_meta()) nn::initialize_parameters(backend_for(info.device), params_, info.seed);
+  if (!info.device.is_meta())
+    nn::initialize_parameters(backend_for(info.device), params_, info.seed);
 }
 
 std::vector<GptModel::Chunk> GptModel::plan_chunks() const {
@@ -105,9 +107,9 @@ StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
 
   Tensor dnormed;
   if (options.backward) dnormed = be.empty({rows, h}, dt);
-  const nn::LmLossResult loss = nn::lm_loss(be, normed, output_weight(), labels, mask,
-                                            options.loss_scale,
-                                            options.backward ? &dnormed : nullptr);
+  const nn::LmLossResult loss =
+      nn::lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
+                  options.backward ? &dnormed : nullptr);
   StepResult result{loss.loss_sum, loss.token_count};
   if (!options.backward) return result;
 
@@ -174,8 +176,7 @@ double GptModel::flops_per_iteration(std::int64_t samples) const {
   const double q_ratio = static_cast<double>(tc.kv_channels) * np / h;
   const double glu = tc.swiglu ? 1.5 : 1.0;
   const double ffn = static_cast<double>(tc.ffn_hidden_size);
-  return 12.0 * gbs * s * l * h * h *
-             ((1.0 + ng / np + s / h / 2.0) * q_ratio + ffn / h * glu) +
+  return 12.0 * gbs * s * l * h * h * ((1.0 + ng / np + s / h / 2.0) * q_ratio + ffn / h * glu) +
          6.0 * gbs * s * h * static_cast<double>(padded_vocab_);
 }
 

@@ -17,7 +17,8 @@ class AdamOptimizer : public megatron::Optimizer {
   void attach(megatron::ParameterSet& params) override {
     for (auto& p : params) {
       megatron::Backend& be = megatron::backend_for(p->value.device());
-      State s{be.empty(p->value.shape(), p->value.dtype()), be.empty(p->value.shape(), p->value.dtype())};
+      State s{be.empty(p->value.shape(), p->value.dtype()),
+              be.empty(p->value.shape(), p->value.dtype())};
       be.fill(s.exp_avg, 0.0);
       be.fill(s.exp_avg_sq, 0.0);
       state_.emplace(p->name, std::move(s));

@@ -14,14 +14,14 @@ namespace megatron {
 enum class ParamInit { normal, zeros, ones };
 
 struct Parameter {
-  std::string name;    // Megatron-core name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
-  Shape global_shape;  // the unsplit shape, as stored in checkpoints
+  std::string name;        // Megatron-core name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
+  Shape global_shape;      // the unsplit shape, as stored in checkpoints
   int partition_dim = -1;  // tensor-parallel split dimension, -1 when replicated
   ParamInit init = ParamInit::zeros;
   float init_std = 0;        // for ParamInit::normal
   bool weight_decay = true;  // false for biases and norm weights (Megatron's no-decay group)
-  Tensor value;  // this rank's shard; the fp32 master copy (or f64 in gradient tests)
-  Tensor grad;   // same shape and dtype as value; accumulated over micro-batches
+  Tensor value;              // this rank's shard; the fp32 master copy (or f64 in gradient tests)
+  Tensor grad;               // same shape and dtype as value; accumulated over micro-batches
 };
 
 // Parameters in declaration order (the order of checkpoints, clipping sums and optimizer state).

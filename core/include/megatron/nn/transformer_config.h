@@ -29,7 +29,9 @@ struct TransformerConfig {
 
   std::int64_t heads_per_group() const { return num_attention_heads / num_query_groups; }
   // Width of linear_qkv's output: (np + 2 ng) hn, laid out per query group.
-  std::int64_t qkv_size() const { return (num_attention_heads + 2 * num_query_groups) * kv_channels; }
+  std::int64_t qkv_size() const {
+    return (num_attention_heads + 2 * num_query_groups) * kv_channels;
+  }
   // Megatron scales the output projections' init by 1/sqrt(2 L).
   float output_init_std() const;
 };

@@ -31,8 +31,8 @@ class TransformerLayer {
   void forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary, Tensor& y,
                Saved& saved, bool keep) const;
   // Needs a saved forward; dx (S, B, h) overwritten; releases `saved`.
-  void backward(const LayerContext& ctx, const Tensor& dy, const RotaryTables* rotary,
-                Saved& saved, Tensor& dx) const;
+  void backward(const LayerContext& ctx, const Tensor& dy, const RotaryTables* rotary, Saved& saved,
+                Tensor& dx) const;
 
   Norm input_layernorm, pre_mlp_layernorm;
   SelfAttention self_attention;
