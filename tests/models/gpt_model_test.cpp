@@ -205,3 +205,37 @@ TEST(GptModel, MetaDeviceDeclaresWithoutAllocating) {
 
 }  // namespace
 }  // namespace megatron::gpt
+
+namespace megatron::gpt {
+namespace {
+
+// bf16/fp16 compute casts the GEMM inputs: logits move by bf16/fp16 rounding, not more, and the
+// gradients still match fp32 closely.
+TEST(GptModel, ReducedPrecisionGemmsStayCloseToFp32) {
+  const GptConfig c = tiny_config();
+  const Batch batch = make_batch(2, 8, 37, 4, false);
+  auto reference = build(c, DType::f32, 37, 8);
+  const std::vector<float> exact = reference->logits(batch).to_vector<float>();
+  for (DType compute : {DType::bf16, DType::f16}) {
+    auto m = std::make_unique<GptModel>(c);
+    ModelBuildInfo info;
+    info.vocab_size = 37;
+    info.seq_length = 8;
+    info.seed = 77;
+    info.compute_dtype = compute;
+    m->build(info);
+    const std::vector<float> got = m->logits(batch).to_vector<float>();
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, double(std::abs(got[i] - exact[i])));
+      scale = std::max(scale, double(std::abs(exact[i])));
+    }
+    // bf16 keeps 8 significant bits, fp16 11: relative errors near 2^-9 and 2^-12.
+    const double expected = compute == DType::bf16 ? 1.0 / 512 : 1.0 / 4096;
+    EXPECT_GT(worst, expected * scale * 1e-3) << "no rounding at all: the cast is not applied";
+    EXPECT_LT(worst, expected * scale * 20) << dtype_name(compute);
+  }
+}
+
+}  // namespace
+}  // namespace megatron::gpt

@@ -15,7 +15,8 @@ struct ModelBuildInfo {
   std::int64_t vocab_size = 0;  // unpadded tokenizer vocabulary; the model pads it
   std::int64_t seq_length = 0;  // sequence length of the samples it will see
   Device device = Device::cpu();
-  DType param_dtype = DType::f32;  // f32 normally, f64 for gradient checks
+  DType param_dtype = DType::f32;    // f32 normally, f64 for gradient checks
+  DType compute_dtype = DType::f32;  // bf16/f16: GEMM inputs cast to it (mixed precision)
   std::uint64_t seed = 1234;
 };
 

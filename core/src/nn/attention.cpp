@@ -45,7 +45,7 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Rota
 
   Tensor mixed = be.empty({s, b, config_.qkv_size()}, dt);
   Tensor mixed_rows = mixed.view({rows, config_.qkv_size()});
-  qkv.forward(be, x.view({rows, h}), mixed_rows);
+  qkv.forward(be, x.view({rows, h}), mixed_rows, ctx.compute);
 
   // Per query group: r query heads, then one key head, then one value head.
   const Tensor grouped = mixed.unflatten(2, ng, (r + 2) * hn);
@@ -68,7 +68,7 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Rota
   be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v), params(ctx, dropout_site), out4,
                        saved.lse);
   Tensor y_rows = y.view({rows, h});
-  proj.forward(be, saved.out.view({rows, np * hn}), y_rows);
+  proj.forward(be, saved.out.view({rows, np * hn}), y_rows, ctx.compute);
 }
 
 void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
@@ -82,7 +82,7 @@ void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Ten
 
   Tensor dctx = be.empty({s, b, np, hn}, dt);
   Tensor dctx_rows = dctx.view({rows, np * hn});
-  proj.backward(be, saved.out.view({rows, np * hn}), dy.view({rows, h}), &dctx_rows);
+  proj.backward(be, saved.out.view({rows, np * hn}), dy.view({rows, h}), &dctx_rows, ctx.compute);
 
   Tensor dq = be.empty({s, b, np, hn}, dt), dk = be.empty({s, b, ng, hn}, dt),
          dv = be.empty({s, b, ng, hn}, dt);
@@ -102,7 +102,8 @@ void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Ten
   be.copy(dk, dk_dst);
   be.copy(dv, dv_dst);
   Tensor dx_rows = dx.view({rows, h});
-  qkv.backward(be, x.view({rows, h}), dmixed.view({rows, config_.qkv_size()}), &dx_rows);
+  qkv.backward(be, x.view({rows, h}), dmixed.view({rows, config_.qkv_size()}), &dx_rows,
+               ctx.compute);
 }
 
 }  // namespace megatron::nn

@@ -1,6 +1,8 @@
 // Linear layer forward and backward through the backend's GEMM.
 #include "megatron/nn/linear.h"
 
+#include "megatron/nn/mixed_gemm.h"
+
 namespace megatron::nn {
 
 Linear Linear::declare(ParamFactory& factory, const std::string& prefix, std::int64_t in,
@@ -17,15 +19,16 @@ Linear Linear::declare(ParamFactory& factory, const std::string& prefix, std::in
   return l;
 }
 
-void Linear::forward(Backend& backend, const Tensor& x, Tensor& y) const {
-  backend.gemm(x, false, weight->value, true, y);
+void Linear::forward(Backend& backend, const Tensor& x, Tensor& y, DType compute) const {
+  mixed_gemm(backend, x, false, weight->value, true, y, compute);
   if (bias) backend.bias_add(y, bias->value, y);
 }
 
-void Linear::backward(Backend& backend, const Tensor& x, const Tensor& dy, Tensor* dx) const {
-  backend.gemm(dy, true, x, false, weight->grad, 1.0f, 1.0f);
+void Linear::backward(Backend& backend, const Tensor& x, const Tensor& dy, Tensor* dx,
+                      DType compute) const {
+  mixed_gemm(backend, dy, true, x, false, weight->grad, compute, 1.0f, 1.0f);
   if (bias) backend.bias_grad(dy, bias->grad, true);
-  if (dx) backend.gemm(dy, false, weight->value, false, *dx);
+  if (dx) mixed_gemm(backend, dy, false, weight->value, false, *dx, compute);
 }
 
 }  // namespace megatron::nn

@@ -1,15 +1,17 @@
 // Language-model logits and cross-entropy, forward and backward in one pass.
 #include "megatron/nn/lm_loss.h"
 
+#include "megatron/nn/mixed_gemm.h"
+
 namespace megatron::nn {
 
 LmLossResult lm_loss(Backend& be, const Tensor& hidden, Parameter& weight, const Tensor& labels,
-                     const Tensor& loss_mask, float loss_scale, Tensor* dhidden) {
+                     const Tensor& loss_mask, float loss_scale, Tensor* dhidden, DType compute) {
   const std::int64_t rows = hidden.size(0), vocab = weight.value.size(0);
   const DType dt = hidden.dtype();
   const DType stat = dt == DType::f64 ? DType::f64 : DType::f32;
   Tensor logits = be.empty({rows, vocab}, dt);
-  be.gemm(hidden, false, weight.value, true, logits);
+  mixed_gemm(be, hidden, false, weight.value, true, logits, compute);
   Tensor row_max = be.empty({rows}, stat), sum_exp = be.empty({rows}, stat),
          target_logit = be.empty({rows}, stat), loss = be.empty({rows}, stat);
   be.cross_entropy_max(logits, row_max);
@@ -35,8 +37,8 @@ LmLossResult lm_loss(Backend& be, const Tensor& hidden, Parameter& weight, const
   Tensor dloss = be.empty({rows}, stat);
   be.copy(Tensor::from(dloss_values, {rows}).to(stat), dloss);
   be.cross_entropy_backward(logits, labels, 0, row_max, sum_exp, dloss, logits);
-  be.gemm(logits, true, hidden, false, weight.grad, 1.0f, 1.0f);
-  be.gemm(logits, false, weight.value, false, *dhidden);
+  mixed_gemm(be, logits, true, hidden, false, weight.grad, compute, 1.0f, 1.0f);
+  mixed_gemm(be, logits, false, weight.value, false, *dhidden, compute);
   return result;
 }
 

@@ -17,28 +17,28 @@ void Mlp::forward(const LayerContext& ctx, const Tensor& x, Tensor& y, Saved& sa
   Backend& be = ctx.backend;
   const std::int64_t rows = x.size(0), f = config_.ffn_hidden_size;
   saved.fc1_out = be.empty({rows, config_.swiglu ? 2 * f : f}, x.dtype());
-  fc1.forward(be, x, saved.fc1_out);
+  fc1.forward(be, x, saved.fc1_out, ctx.compute);
   saved.act_out = be.empty({rows, f}, x.dtype());
   if (config_.swiglu) {
     be.swiglu_forward(saved.fc1_out, saved.act_out);
   } else {
     be.gelu_forward(saved.fc1_out, saved.act_out, config_.gelu);
   }
-  fc2.forward(be, saved.act_out, y);
+  fc2.forward(be, saved.act_out, y, ctx.compute);
 }
 
 void Mlp::backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy, const Saved& saved,
                    Tensor& dx) const {
   Backend& be = ctx.backend;
   Tensor dact = be.empty(saved.act_out.shape(), x.dtype());
-  fc2.backward(be, saved.act_out, dy, &dact);
+  fc2.backward(be, saved.act_out, dy, &dact, ctx.compute);
   Tensor dfc1 = be.empty(saved.fc1_out.shape(), x.dtype());
   if (config_.swiglu) {
     be.swiglu_backward(dact, saved.fc1_out, dfc1);
   } else {
     be.gelu_backward(dact, saved.fc1_out, dfc1, config_.gelu);
   }
-  fc1.backward(be, x, dfc1, &dx);
+  fc1.backward(be, x, dfc1, &dx, ctx.compute);
 }
 
 }  // namespace megatron::nn

@@ -10,6 +10,7 @@
 #include "megatron/nn/init.h"
 #include "megatron/train/sample_counts.h"
 #include "megatron/train/train_log.h"
+#include "progress_bar.h"
 #include "trainer_impl.h"
 
 namespace megatron::train {
@@ -57,11 +58,6 @@ TrainSummary Trainer::run() {
   const std::int64_t dp = parallel.dp_size(), dp_rank = parallel.dp_rank();
   const bool last_rank = parallel.world_rank() == parallel.world_size() - 1;
   t.device = Device::parse(core.runtime.device);
-  if (tc.bf16 || tc.fp16) {
-    throw ConfigError(std::string("[training] ") + (tc.bf16 ? "bf16" : "fp16") +
-                      " = true: mixed-precision training is not implemented yet; the trainer runs "
-                      "fp32 (plan honours the setting)");
-  }
   t.seed = static_cast<std::uint64_t>(tc.seed);
 
   t.batches.emplace(BatchSchedule::from_config(tc, dp));
@@ -81,6 +77,8 @@ TrainSummary Trainer::run() {
   info.seq_length = t.dataset.seq_length();
   info.device = t.device;
   info.seed = t.seed;
+  // Mixed precision: fp32 master weights and gradients; GEMM inputs in bf16/fp16.
+  info.compute_dtype = tc.bf16 ? DType::bf16 : tc.fp16 ? DType::f16 : DType::f32;
   t.model.build(info);
   ParameterSet& params = t.model.parameters();
   log.info("{}", t.model.describe());
@@ -100,6 +98,7 @@ TrainSummary Trainer::run() {
     }
   }
 
+  ProgressBar bar(last_rank);
   // One evaluation pass of eval_iters global batches over `split`, from `first`.
   auto evaluate = [&](data::Split split, std::int64_t& position) {
     double sums[2] = {0, 0};
@@ -123,6 +122,7 @@ TrainSummary Trainer::run() {
     if (tc.eval_iters <= 0 || t.dataset.size(split) == 0) return;
     const double loss = evaluate(split, position);
     if (!last_rank) return;
+    bar.clear();
     const std::vector<NamedLoss> losses = {{"lm loss", loss}};
     for (const std::string& line : format_validation_box(eval_prefix(t.iteration, kind), losses))
       std::cout << line << "\n";
@@ -201,6 +201,7 @@ TrainSummary Trainer::run() {
       ++interval_skipped;
       if (!std::isfinite(loss)) ++interval_nan;
       last_grad_norm.reset();
+      bar.clear();
       log.warn("iteration {}: gradient overflow, step skipped; loss scale now {}", t.iteration + 1,
                t.scaler->scale());
     }
@@ -229,6 +230,7 @@ TrainSummary Trainer::run() {
       f.skipped_iterations = interval_skipped;
       f.nan_iterations = interval_nan;
       if (last_rank) {
+        bar.clear();
         std::cout << format_training_log(f, log_timestamp(std::chrono::system_clock::now()))
                   << std::endl;
         if (metrics) metrics << training_metrics_json(f) << std::endl;
@@ -237,6 +239,7 @@ TrainSummary Trainer::run() {
       interval_iters = interval_nan = interval_skipped = 0;
       interval_start = Clock::now();
     }
+    bar.update(t.iteration, t.train_iters);
     if (tc.eval_interval > 0 && t.iteration % tc.eval_interval == 0 &&
         t.iteration < t.train_iters) {
       report_eval(data::Split::kValid, EvalKind::periodic, t.consumed_valid);
@@ -246,6 +249,7 @@ TrainSummary Trainer::run() {
     const bool periodic =
         core.checkpoint.save_interval && t.iteration % *core.checkpoint.save_interval == 0;
     if (!core.checkpoint.save.empty() && (periodic || stop)) {
+      bar.clear();
       summary.last_checkpoint = t.save_checkpoint();
       last_saved = t.iteration;
     }
@@ -257,6 +261,7 @@ TrainSummary Trainer::run() {
     }
   }
 
+  bar.clear();
   if (!summary.interrupted) {
     if (!core.checkpoint.save.empty() && last_saved != t.iteration) {
       summary.last_checkpoint = t.save_checkpoint();

@@ -5,6 +5,7 @@
 
 #include "megatron/error.h"
 #include "megatron/nn/lm_loss.h"
+#include "megatron/nn/mixed_gemm.h"
 #include "megatron/tokenizer/tokenizer.h"
 
 namespace megatron::gpt {
@@ -69,7 +70,8 @@ Parameter& GptModel::output_weight() {
 
 StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
   Backend& be = backend_for(info_.device);
-  const nn::LayerContext ctx{be, options.training, options.dropout_seed, options.dropout_offset};
+  const nn::LayerContext ctx{be, options.training, options.dropout_seed, options.dropout_offset,
+                             info_.compute_dtype};
   const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
   const std::int64_t h = config_.transformer.hidden_size;
   const DType dt = info_.param_dtype;
@@ -141,7 +143,7 @@ StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
 
 Tensor GptModel::logits(const Batch& batch) {
   Backend& be = backend_for(info_.device);
-  const nn::LayerContext ctx{be, false, 0, 0};
+  const nn::LayerContext ctx{be, false, 0, 0, info_.compute_dtype};
   const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
   const std::int64_t h = config_.transformer.hidden_size;
   const DType dt = info_.param_dtype;
@@ -159,7 +161,7 @@ Tensor GptModel::logits(const Batch& batch) {
   nn::Norm::Saved stats;
   final_layernorm_.forward(be, x.view({rows, h}), normed, stats);
   Tensor logits = be.empty({rows, padded_vocab_}, dt);
-  be.gemm(normed, false, output_weight().value, true, logits);
+  nn::mixed_gemm(be, normed, false, output_weight().value, true, logits, info_.compute_dtype);
   Tensor host = Tensor::empty({rows, padded_vocab_}, dt);
   be.copy(logits, host);
   return host.view({s, b, padded_vocab_}).transpose(0, 1).contiguous();

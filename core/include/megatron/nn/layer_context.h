@@ -10,9 +10,10 @@ namespace megatron::nn {
 
 struct LayerContext {
   Backend& backend;
-  bool training = true;      // dropout on
-  std::uint64_t seed = 0;    // dropout seed ([training] seed)
-  std::uint64_t stream = 0;  // unique per (iteration, micro-batch); see dropout_offset()
+  bool training = true;        // dropout on
+  std::uint64_t seed = 0;      // dropout seed ([training] seed)
+  std::uint64_t stream = 0;    // unique per (iteration, micro-batch); see dropout_offset()
+  DType compute = DType::f32;  // GEMM input dtype: bf16/f16 for mixed precision
 
   // Philox offset of dropout site `site` of this micro-batch. Each site owns 2^31 consecutive
   // indices (enough for the attention probabilities of a 2048-token, 96-head micro-batch) and

@@ -20,10 +20,11 @@ struct Linear {
                         std::int64_t out, bool bias, float init_std,
                         TensorParallel parallel = TensorParallel::none);
 
-  // x (rows, in) -> y (rows, out).
-  void forward(Backend& backend, const Tensor& x, Tensor& y) const;
+  // x (rows, in) -> y (rows, out); `compute` bf16/f16 runs the GEMM on inputs cast to it.
+  void forward(Backend& backend, const Tensor& x, Tensor& y, DType compute = DType::f32) const;
   // Accumulates dW and db; dx (rows, in) is overwritten when not null.
-  void backward(Backend& backend, const Tensor& x, const Tensor& dy, Tensor* dx) const;
+  void backward(Backend& backend, const Tensor& x, const Tensor& dy, Tensor* dx,
+                DType compute = DType::f32) const;
 };
 
 }  // namespace megatron::nn

@@ -12,10 +12,11 @@ struct LmLossResult {
 };
 
 // hidden (rows, h); weight (V, h) (the output layer or the tied word embeddings); labels (rows)
-// i32; loss_mask (rows) f32 on the host. With `dhidden` not null, backward of
-// loss_scale * loss_sum / token_count: dhidden (rows, h) overwritten, weight->grad accumulated.
+// i32; loss_mask (rows) f32 on the host; `compute` bf16/f16 casts the GEMM inputs. With `dhidden`
+// not null, backward of loss_scale * loss_sum / token_count: dhidden (rows, h) overwritten,
+// weight->grad accumulated.
 LmLossResult lm_loss(Backend& backend, const Tensor& hidden, Parameter& weight,
                      const Tensor& labels, const Tensor& loss_mask, float loss_scale,
-                     Tensor* dhidden);
+                     Tensor* dhidden, DType compute = DType::f32);
 
 }  // namespace megatron::nn
