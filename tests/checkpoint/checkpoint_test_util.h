@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include "common/scratch_dir.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -18,24 +19,7 @@
 
 namespace megatron::checkpoint::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "checkpoint-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = megatron::testing::ScratchDir;
 
 // The elements of a (possibly strided) host tensor in logical order, as raw bytes.
 inline std::string logical_bytes(const Tensor& t) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include "common/scratch_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -28,26 +29,7 @@ inline void write_bytes(const std::filesystem::path& path, const std::string& by
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-// A fresh directory, removed with its contents at the end of the scope.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "megatron-data-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  std::string prefix(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using ScratchDir = megatron::testing::ScratchDir;
 
 // The message of the megatron::Error that `action` throws ("" if it throws none).
 inline std::string error_of(const std::function<void()>& action) {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "common/scratch_dir.h"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -26,27 +27,7 @@ inline constexpr std::int32_t kEod = 50256;  // GPT-2's <|endoftext|>
 inline const std::string kVocabFile = std::string(DATA_DIR) + "/encoder.json";
 inline const std::string kMergeFile = std::string(DATA_DIR) + "/vocab.bpe";
 
-// A fresh directory, removed with its contents at the end of the scope.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "megatron-gpt-data-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string prefix(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using ScratchDir = megatron::testing::ScratchDir;
 
 // Writes `documents` documents (one sequence each, as preprocess without sentence splitting) of
 // random lengths in [min_length, max_length], tokens drawn from [first_token, first_token + 900)

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "common/scratch_dir.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -31,27 +32,7 @@ inline void write_file(const std::filesystem::path& path, const std::string& con
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-// A fresh directory, removed with its contents at the end of the scope.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "megatron-test-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using ScratchDir = megatron::testing::ScratchDir;
 
 // GPT-2's printable spelling of raw bytes, as encoder.json and vocab.bpe write tokens.
 inline std::string gpt2_spelling(const std::string& bytes) {
