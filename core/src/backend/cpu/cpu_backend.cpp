@@ -78,6 +78,25 @@ void CpuBackend::cast(const Tensor& src, Tensor& dst) {
   ops::check_same_shape("cast", "dst", dst, "src", src);
   ops::check_dtype("cast", "src", src, {DType::f32, DType::f64, DType::bf16, DType::f16});
   ops::check_dtype("cast", "dst", dst, {DType::f32, DType::f64, DType::bf16, DType::f16});
+  // Mixed precision casts every GEMM input: contiguous f32 -> bf16/f16 gets a parallel loop.
+  // Same bits as the generic path, which also rounds once from the float value.
+  if (src.is_contiguous() && dst.is_contiguous() && src.dtype() == DType::f32 &&
+      (dst.dtype() == DType::bf16 || dst.dtype() == DType::f16)) {
+    const float* in = src.data<float>();
+    const std::int64_t count = src.numel();
+    if (dst.dtype() == DType::bf16) {
+      bf16* out = dst.data<bf16>();
+#pragma omp parallel for schedule(static) if (count > 32768)
+      for (std::int64_t i = 0; i < count; ++i)
+        out[i] = bf16(in[i]);
+    } else {
+      f16* out = dst.data<f16>();
+#pragma omp parallel for schedule(static) if (count > 32768)
+      for (std::int64_t i = 0; i < count; ++i)
+        out[i] = f16(in[i]);
+    }
+    return;
+  }
   const auto dst_offsets = row_offsets(dst);
   const void* src_base = src.storage()->data();
   void* dst_base = dst.storage()->data();
