@@ -3,15 +3,11 @@
 # first loss matches fp32 closely, training still lowers the loss, and fp16's dynamic loss scaler
 # skips the overflowing first iterations (scale 2^32) and backs off, as Megatron's does.
 #   mixed_precision_test.sh MEGATRON_APP WORK_DIR
-set -euo pipefail
-app=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "$0")/common.sh"
 for precision in fp32 bf16 fp16; do
   flag=()
   [ "$precision" != fp32 ] && flag=(--set "training.$precision=true")
-  "$app" --config "$here/tiny_gpt.toml" --log-level error --set "data.data_cache_path=$work/cache" \
-    --set model.hidden_dropout=0.0 --set model.attention_dropout=0.0 --set training.train_iters=30 \
+  run_tiny --set model.hidden_dropout=0.0 --set model.attention_dropout=0.0 --set training.train_iters=30 \
     --set training.eval_iters=0 --set training.lr=0.01 --set training.lr_decay_style=constant \
     --set "logging.metrics_file=$work/$precision.jsonl" "${flag[@]}" > /dev/null
 done

@@ -2,15 +2,11 @@
 # Each optimizer plugin trains the tiny GPT: the lm loss of the last iterations is well below the
 # first (dropout off so the comparison is about the updates only).
 #   optimizers_test.sh MEGATRON_APP WORK_DIR
-set -euo pipefail
-app=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "$0")/common.sh"
 for opt in "adam --set training.lr=0.01" "sgd --set optimizer.sgd_momentum=0.9 --set training.lr=0.5"; do
   name=${opt%% *}
   # shellcheck disable=SC2086
-  "$app" --config "$here/tiny_gpt.toml" --log-level warn --set "data.data_cache_path=$work/cache" \
-    --set model.hidden_dropout=0.0 --set model.attention_dropout=0.0 --set training.train_iters=16 \
+  run_tiny --set model.hidden_dropout=0.0 --set model.attention_dropout=0.0 --set training.train_iters=16 \
     --set training.eval_iters=0 --set training.lr_decay_style=constant --set "logging.metrics_file=$work/$name.jsonl" \
     --set optimizer.type=$opt > /dev/null
   /usr/bin/python3 - "$work/$name.jsonl" "$name" <<'PY'

@@ -3,17 +3,13 @@
 # bitwise-identical losses for iterations 5-8 and bitwise-identical final weights and optimizer
 # state (dropout on, so the RNG position is part of what must resume).
 #   resume_test.sh MEGATRON_APP WORK_DIR
-set -euo pipefail
-app=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
-run() { "$app" --config "$here/tiny_gpt.toml" --log-level warn --set "data.data_cache_path=$work/cache" "$@"; }
+source "$(dirname "$0")/common.sh"
 
-run --set "checkpoint.save=$work/straight" --set "logging.metrics_file=$work/straight.jsonl" > /dev/null
-run --set "checkpoint.save=$work/resumed" --set "logging.metrics_file=$work/first.jsonl" \
+run_tiny --set "checkpoint.save=$work/straight" --set "logging.metrics_file=$work/straight.jsonl" > /dev/null
+run_tiny --set "checkpoint.save=$work/resumed" --set "logging.metrics_file=$work/first.jsonl" \
     --set training.exit_interval=4 > /dev/null
 test "$(cat "$work/resumed/latest_checkpointed_iteration.txt")" = 4
-run --set "checkpoint.save=$work/resumed" --set "checkpoint.load=$work/resumed" \
+run_tiny --set "checkpoint.save=$work/resumed" --set "checkpoint.load=$work/resumed" \
     --set "logging.metrics_file=$work/second.jsonl" > /dev/null
 
 /usr/bin/python3 - "$work" <<'PY'

@@ -2,12 +2,9 @@
 # SIGTERM during training saves a checkpoint of the iteration reached, exits 0, and that
 # checkpoint resumes.
 #   signal_test.sh MEGATRON_APP WORK_DIR
-set -euo pipefail
-app=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
-"$app" --config "$here/tiny_gpt.toml" --log-level warn --set "data.data_cache_path=$work/cache" \
-  --set training.train_iters=100000 --set training.lr_decay_style=constant \
+source "$(dirname "$0")/common.sh"
+# The app itself in the background (not a shell function), so $! is its pid.
+"${tiny[@]}" --set training.train_iters=100000 --set training.lr_decay_style=constant \
   --set "checkpoint.save=$work/ckpt" --set "logging.metrics_file=$work/m.jsonl" > /dev/null &
 pid=$!
 for _ in $(seq 600); do
@@ -22,8 +19,7 @@ echo "stopped at iteration $iteration (last logged $last)"
 test "$iteration" -ge 3
 test "$iteration" = "$last"
 test -f "$work/ckpt/iter_$(printf %07d "$iteration").h5"
-"$app" --config "$here/tiny_gpt.toml" --log-level warn --set "data.data_cache_path=$work/cache" \
-  --set "training.train_iters=$((iteration + 2))" --set training.lr_decay_style=constant \
+run_tiny --set "training.train_iters=$((iteration + 2))" --set training.lr_decay_style=constant \
   --set "checkpoint.load=$work/ckpt" --set "checkpoint.save=$work/ckpt" > "$work/resume.log"
 test "$(cat "$work/ckpt/latest_checkpointed_iteration.txt")" = "$((iteration + 2))"
 grep -q "iteration *$((iteration + 1))/" "$work/resume.log"

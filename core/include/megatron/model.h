@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "megatron/nn/parameter.h"
 #include "megatron/plugin.h"
@@ -36,6 +38,11 @@ struct StepOptions {
   // including when a layer is recomputed.
   std::uint64_t dropout_offset = 0;
   std::uint64_t dropout_seed = 1234;  // [training] seed, or the checkpoint's on resume
+  // Called during backward, as soon as these parameters' gradients of this micro-batch are
+  // complete (a layer's after its backward; a tied embedding only after its last use), so the
+  // training loop can start reducing them while backward goes on. Every parameter is reported
+  // exactly once per step. Empty: not called.
+  std::function<void(const std::vector<Parameter*>&)> grads_ready;
 };
 
 struct StepResult {

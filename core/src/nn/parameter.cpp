@@ -1,9 +1,62 @@
 // ParameterSet: ordered, named parameters with stable addresses.
 #include "megatron/nn/parameter.h"
 
+#include <algorithm>
+#include <string>
+
 #include "megatron/error.h"
 
 namespace megatron {
+
+namespace {
+
+std::int64_t partition_extent(const Parameter& p) {
+  if (p.partition_dim < 0 || p.partition_count == 1) return -1;
+  if (p.partition_dim >= static_cast<int>(p.global_shape.size())) {
+    throw Error("parameter '" + p.name + "': partition_dim " + std::to_string(p.partition_dim) +
+                " is out of range for a tensor of rank " + std::to_string(p.global_shape.size()));
+  }
+  const std::int64_t global = p.global_shape[static_cast<std::size_t>(p.partition_dim)];
+  const std::int64_t pieces = static_cast<std::int64_t>(p.partition_blocks) * p.partition_count;
+  if (p.partition_blocks < 1 || p.partition_count < 1 || p.partition_rank < 0 ||
+      p.partition_rank >= p.partition_count || global % pieces != 0) {
+    throw Error("parameter '" + p.name + "': dimension " + std::to_string(p.partition_dim) +
+                " of size " + std::to_string(global) + " cannot be cut into " +
+                std::to_string(p.partition_blocks) + " block(s) x " +
+                std::to_string(p.partition_count) + " tensor-parallel slices (rank " +
+                std::to_string(p.partition_rank) + ")");
+  }
+  return global;
+}
+
+}  // namespace
+
+std::int64_t shard_extent(const Parameter& p) {
+  const std::int64_t global = partition_extent(p);
+  if (global < 0) return p.global_shape.empty() ? 1 : p.global_shape[std::max(0, p.partition_dim)];
+  return global / p.partition_count;
+}
+
+std::vector<ShardRun> shard_runs(const Parameter& p) {
+  const std::int64_t global = partition_extent(p);
+  if (global < 0) {
+    const std::int64_t all =
+        p.global_shape.empty() ? 1 : p.global_shape[std::max(0, p.partition_dim)];
+    return {{0, 0, all}};
+  }
+  const std::int64_t block = global / p.partition_blocks;
+  const std::int64_t slice = block / p.partition_count;
+  std::vector<ShardRun> runs;
+  for (int b = 0; b < p.partition_blocks; ++b)
+    runs.push_back({b * block + p.partition_rank * slice, b * slice, slice});
+  return runs;
+}
+
+Shape shard_shape(const Parameter& p) {
+  Shape s = p.global_shape;
+  if (partition_extent(p) >= 0) s[static_cast<std::size_t>(p.partition_dim)] = shard_extent(p);
+  return s;
+}
 
 Parameter& ParameterSet::add(Parameter p) {
   if (find(p.name)) throw Error("parameter '" + p.name + "' declared twice");

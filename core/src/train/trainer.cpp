@@ -30,7 +30,12 @@ Trainer::Trainer(TrainerServices services, Model& model, Optimizer& optimizer, D
 
 Trainer::~Trainer() = default;
 
-Batch Trainer::Impl::make_batch(data::Split split, std::int64_t first, std::int64_t mbs) const {
+Batch Trainer::Impl::micro_batch(data::Split split, std::int64_t position, std::int64_t k,
+                                 std::int64_t mbs) const {
+  // Megatron's pretraining sampler: each global batch is read in slices of mbs * dp samples, one
+  // slice per micro-batch, and data-parallel rank r takes the r-th mbs samples of each slice.
+  const std::int64_t dp = services.parallel.dp_size(), dp_rank = services.parallel.dp_rank();
+  const std::int64_t first = position + (k * dp + dp_rank) * mbs;
   const std::int64_t s = dataset.seq_length();
   Batch b{Tensor::empty({mbs, s}, DType::i32), Tensor::empty({mbs, s}, DType::i32),
           Tensor::empty({mbs, s}, DType::f32)};
@@ -105,11 +110,10 @@ TrainSummary Trainer::run() {
     const std::int64_t m = gbs / (mbs * dp);
     for (std::int64_t it = 0; it < tc.eval_iters; ++it) {
       for (std::int64_t k = 0; k < m; ++k) {
-        const std::int64_t first = position + k * mbs * dp + dp_rank * mbs;
         StepOptions o;
         o.backward = false;
         o.training = false;
-        const StepResult r = t.model.step(t.make_batch(split, first, mbs), o);
+        const StepResult r = t.model.step(t.micro_batch(split, position, k, mbs), o);
         sums[0] += r.loss_sum;
         sums[1] += r.token_count;
       }
@@ -147,12 +151,12 @@ TrainSummary Trainer::run() {
     nn::zero_gradients(be, params);
     double sums[2] = {0, 0};
     for (std::int64_t k = 0; k < m; ++k) {
-      const std::int64_t first = t.consumed_train + k * mbs * dp + dp_rank * mbs;
       StepOptions o;
       o.loss_scale = scale / static_cast<float>(m);
       o.dropout_seed = t.seed;
       o.dropout_offset = static_cast<std::uint64_t>((t.iteration * m + k) * dp + dp_rank + 1);
-      const StepResult r = t.model.step(t.make_batch(data::Split::kTrain, first, mbs), o);
+      const StepResult r =
+          t.model.step(t.micro_batch(data::Split::kTrain, t.consumed_train, k, mbs), o);
       sums[0] += r.loss_sum;
       sums[1] += r.token_count;
     }

@@ -38,8 +38,10 @@ struct Trainer::Impl {
   std::string save_checkpoint();
   void load_checkpoint();
 
-  // One micro-batch of `split` starting at global sample `first` for this data-parallel rank.
-  Batch make_batch(data::Split split, std::int64_t first, std::int64_t micro_batch_size) const;
+  // Micro-batch k of the global batch that starts at sample `position` of `split`, as this
+  // data-parallel rank reads it.
+  Batch micro_batch(data::Split split, std::int64_t position, std::int64_t k,
+                    std::int64_t micro_batch_size) const;
 };
 
 }  // namespace megatron::train

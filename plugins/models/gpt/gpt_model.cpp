@@ -43,8 +43,26 @@ void GptModel::build(const ModelBuildInfo& info) {
                                      info.param_dtype);
   }
   chunks_ = plan_chunks();
+  group_parameters();
   if (!info.device.is_meta())
     nn::initialize_parameters(backend_for(info.device), params_, info.seed);
+}
+
+void GptModel::group_parameters() {
+  layer_params_.assign(layers_.size(), {});
+  head_params_.clear();
+  embedding_params_.clear();
+  const std::string layer_prefix = "decoder.layers.";
+  for (auto& p : params_) {
+    if (p->name.starts_with(layer_prefix)) {
+      const std::size_t l = std::stoul(p->name.substr(layer_prefix.size()));
+      layer_params_.at(l).push_back(p.get());
+    } else if (p->name.starts_with("embedding.")) {
+      embedding_params_.push_back(p.get());
+    } else {
+      head_params_.push_back(p.get());
+    }
+  }
 }
 
 std::vector<GptModel::Chunk> GptModel::plan_chunks() const {
@@ -68,11 +86,18 @@ Parameter& GptModel::output_weight() {
   return output_layer_ ? *output_layer_ : *embedding_.word_embeddings;
 }
 
-StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
-  Backend& be = backend_for(info_.device);
-  const nn::LayerContext ctx{be, options.training, options.dropout_seed, options.dropout_offset,
-                             info_.compute_dtype};
-  const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
+namespace {
+// Megatron's layout: (S, B) token ids, row s * B + b.
+Tensor to_sequence_major(Backend& be, const Tensor& batch_major) {
+  Tensor out = be.empty({batch_major.size(1), batch_major.size(0)}, batch_major.dtype());
+  be.copy(batch_major.transpose(0, 1).contiguous(), out);
+  return out;
+}
+}  // namespace
+
+GptModel::Forward GptModel::forward(const nn::LayerContext& ctx, const Tensor& ids, bool keep) {
+  Backend& be = ctx.backend;
+  const std::int64_t s = ids.size(0), b = ids.size(1), rows = s * b;
   const std::int64_t h = config_.transformer.hidden_size;
   const DType dt = info_.param_dtype;
   const nn::RotaryTables* rotary = rotary_ ? &*rotary_ : nullptr;
@@ -80,64 +105,78 @@ StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
     throw Error("GPT: rotary tables built for sequence length " +
                 std::to_string(rotary->cos.size(0)) + ", batch has " + std::to_string(s));
   }
-
-  // Megatron's layout: (S, B) tokens, row s * B + b.
-  Tensor ids = be.empty({s, b}, DType::i32);
-  be.copy(batch.tokens.transpose(0, 1).contiguous(), ids);
-  Tensor labels = be.empty({rows}, DType::i32);
-  be.copy(batch.labels.transpose(0, 1).contiguous().view({rows}), labels);
-  const Tensor mask = batch.loss_mask.transpose(0, 1).contiguous().view({rows});
-
-  std::vector<nn::TransformerLayer::Saved> saved(layers_.size());
-  std::vector<Tensor> chunk_inputs(chunks_.size());
+  Forward f;
+  f.saved.resize(layers_.size());
+  f.chunk_inputs.resize(chunks_.size());
   Tensor x = be.empty({s, b, h}, dt);
   embedding_.forward(ctx, ids, 0, x);
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
-    chunk_inputs[c] = x;
-    const bool keep = options.backward && !chunks_[c].recompute;
+    if (keep) f.chunk_inputs[c] = x;
+    const bool keep_layers = keep && !chunks_[c].recompute;
     for (std::int64_t l = chunks_[c].begin; l < chunks_[c].end; ++l) {
       Tensor y = be.empty({s, b, h}, dt);
-      layers_[static_cast<std::size_t>(l)].forward(ctx, x, rotary, y,
-                                                   saved[static_cast<std::size_t>(l)], keep);
+      layers_[static_cast<std::size_t>(l)].forward(
+          ctx, x, rotary, y, f.saved[static_cast<std::size_t>(l)], keep_layers);
       x = y;
     }
   }
-  const Tensor x_rows = x.view({rows, h});
-  Tensor normed = be.empty({rows, h}, dt);
-  nn::Norm::Saved final_saved;
-  final_layernorm_.forward(be, x_rows, normed, final_saved);
+  f.x_rows = x.view({rows, h});
+  f.normed = be.empty({rows, h}, dt);
+  final_layernorm_.forward(be, f.x_rows, f.normed, f.final_saved);
+  return f;
+}
+
+StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
+  Backend& be = backend_for(info_.device);
+  const nn::LayerContext ctx{be, options.training, options.dropout_seed, options.dropout_offset,
+                             info_.compute_dtype};
+  const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
+  const std::int64_t h = config_.transformer.hidden_size;
+  const DType dt = info_.param_dtype;
+
+  const Tensor ids = to_sequence_major(be, batch.tokens);
+  const Tensor labels = to_sequence_major(be, batch.labels).view({rows});
+  const Tensor mask = batch.loss_mask.transpose(0, 1).contiguous().view({rows});
+  Forward f = forward(ctx, ids, options.backward);
 
   Tensor dnormed;
   if (options.backward) dnormed = be.empty({rows, h}, dt);
   const nn::LmLossResult loss =
-      nn::lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
+      nn::lm_loss(be, f.normed, output_weight(), labels, mask, options.loss_scale,
                   options.backward ? &dnormed : nullptr);
   StepResult result{loss.loss_sum, loss.token_count};
   if (!options.backward) return result;
 
+  const nn::RotaryTables* rotary = rotary_ ? &*rotary_ : nullptr;
   Tensor dy = be.empty({s, b, h}, dt);
   Tensor dy_rows = dy.view({rows, h});
-  final_layernorm_.backward(be, dnormed, x_rows, final_saved, dy_rows);
+  final_layernorm_.backward(be, dnormed, f.x_rows, f.final_saved, dy_rows);
+  auto ready = [&](const std::vector<Parameter*>& done) {
+    if (options.grads_ready && !done.empty()) options.grads_ready(done);
+  };
+  ready(head_params_);
   for (std::size_t c = chunks_.size(); c-- > 0;) {
     const Chunk& chunk = chunks_[c];
     if (chunk.recompute) {
-      Tensor xin = chunk_inputs[c];
+      Tensor xin = f.chunk_inputs[c];
       for (std::int64_t l = chunk.begin; l < chunk.end; ++l) {
         Tensor y = be.empty({s, b, h}, dt);
         layers_[static_cast<std::size_t>(l)].forward(ctx, xin, rotary, y,
-                                                     saved[static_cast<std::size_t>(l)], true);
+                                                     f.saved[static_cast<std::size_t>(l)], true);
         xin = y;
       }
     }
-    chunk_inputs[c] = Tensor();
+    f.chunk_inputs[c] = Tensor();
     for (std::int64_t l = chunk.end; l-- > chunk.begin;) {
       Tensor dx = be.empty({s, b, h}, dt);
       layers_[static_cast<std::size_t>(l)].backward(ctx, dy, rotary,
-                                                    saved[static_cast<std::size_t>(l)], dx);
+                                                    f.saved[static_cast<std::size_t>(l)], dx);
       dy = dx;
+      ready(layer_params_[static_cast<std::size_t>(l)]);
     }
   }
   embedding_.backward(ctx, ids, 0, dy);
+  ready(embedding_params_);
   return result;
 }
 
@@ -145,23 +184,10 @@ Tensor GptModel::logits(const Batch& batch) {
   Backend& be = backend_for(info_.device);
   const nn::LayerContext ctx{be, false, 0, 0, info_.compute_dtype};
   const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
-  const std::int64_t h = config_.transformer.hidden_size;
   const DType dt = info_.param_dtype;
-  Tensor ids = be.empty({s, b}, DType::i32);
-  be.copy(batch.tokens.transpose(0, 1).contiguous(), ids);
-  Tensor x = be.empty({s, b, h}, dt);
-  embedding_.forward(ctx, ids, 0, x);
-  nn::TransformerLayer::Saved unused;
-  for (const auto& layer : layers_) {
-    Tensor y = be.empty({s, b, h}, dt);
-    layer.forward(ctx, x, rotary_ ? &*rotary_ : nullptr, y, unused, false);
-    x = y;
-  }
-  Tensor normed = be.empty({rows, h}, dt);
-  nn::Norm::Saved stats;
-  final_layernorm_.forward(be, x.view({rows, h}), normed, stats);
+  const Forward f = forward(ctx, to_sequence_major(be, batch.tokens), false);
   Tensor logits = be.empty({rows, padded_vocab_}, dt);
-  nn::mixed_gemm(be, normed, false, output_weight().value, true, logits, info_.compute_dtype);
+  nn::mixed_gemm(be, f.normed, false, output_weight().value, true, logits, info_.compute_dtype);
   Tensor host = Tensor::empty({rows, padded_vocab_}, dt);
   be.copy(logits, host);
   return host.view({s, b, padded_vocab_}).transpose(0, 1).contiguous();

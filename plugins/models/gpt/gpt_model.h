@@ -37,6 +37,17 @@ class GptModel : public Model {
     bool recompute = false;
   };
   std::vector<Chunk> plan_chunks() const;
+  void group_parameters();
+  // Embedding, layers and final norm of (S, B) token ids. With `keep`, what backward needs is
+  // kept (a recomputed chunk keeps only its input); without, only the outputs.
+  struct Forward {
+    std::vector<nn::TransformerLayer::Saved> saved;  // per layer
+    std::vector<Tensor> chunk_inputs;                // per chunk
+    Tensor x_rows;                                   // last layer's output (S*B, h)
+    Tensor normed;                                   // final norm of it
+    nn::Norm::Saved final_saved;
+  };
+  Forward forward(const nn::LayerContext& ctx, const Tensor& ids, bool keep);
   Parameter& output_weight();
 
   GptConfig config_;
@@ -49,6 +60,10 @@ class GptModel : public Model {
   Parameter* output_layer_ = nullptr;
   std::optional<nn::RotaryTables> rotary_;
   std::vector<Chunk> chunks_;
+  // For StepOptions::grads_ready: each layer's parameters, and those complete right after the
+  // loss (final norm, untied output layer) and after the embedding (embeddings).
+  std::vector<std::vector<Parameter*>> layer_params_;
+  std::vector<Parameter*> head_params_, embedding_params_;
 };
 
 }  // namespace megatron::gpt

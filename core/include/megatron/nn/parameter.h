@@ -13,16 +13,48 @@ namespace megatron {
 
 enum class ParamInit { normal, zeros, ones };
 
+// One contiguous run of a tensor-parallel shard along its partition dimension: `length` rows
+// (indices along partition_dim) that sit at `global_offset` in the global tensor and at
+// `local_offset` in this rank's shard.
+struct ShardRun {
+  std::int64_t global_offset = 0;
+  std::int64_t local_offset = 0;
+  std::int64_t length = 0;
+};
+
 struct Parameter {
   std::string name;        // Megatron-core name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
   Shape global_shape;      // the unsplit shape, as stored in checkpoints
   int partition_dim = -1;  // tensor-parallel split dimension, -1 when replicated
+  // How `value` sits in the global tensor (see Note [Tensor-parallel shards]).
+  int partition_count = 1;   // tensor-parallel size it was cut for; 1 = the whole tensor
+  int partition_rank = 0;    // which slice of each block this rank holds
+  int partition_blocks = 1;  // equal blocks along partition_dim split separately (2: SwiGLU fc1)
+  // Replicated across tensor-parallel ranks but used on sequence shards (norm weights and biases
+  // under sequence parallelism): each rank's grad is a partial sum, all-reduced over the
+  // tensor-parallel group before the optimizer (Megatron's _allreduce_layernorm_grads).
+  bool sequence_parallel = false;
   ParamInit init = ParamInit::zeros;
   float init_std = 0;        // for ParamInit::normal
   bool weight_decay = true;  // false for biases and norm weights (Megatron's no-decay group)
   Tensor value;              // this rank's shard; the fp32 master copy (or f64 in gradient tests)
   Tensor grad;               // same shape and dtype as value; accumulated over micro-batches
 };
+
+// Note [Tensor-parallel shards]
+// Along partition_dim the global extent is cut into `partition_blocks` equal blocks and each block
+// into `partition_count` equal slices; a rank holds slice `partition_rank` of every block, blocks
+// in order. One block is Megatron's plain column/row split; SwiGLU's fc1 weight is [gate; up]
+// globally, and rank r holds [gate_r; up_r] (two blocks), as Megatron-core's checkpoints expect.
+// Megatron's fused QKV needs no blocks: its per-query-group layout puts whole groups in each slice.
+
+// The shard's extent along partition_dim (global extent / partition_count).
+std::int64_t shard_extent(const Parameter& p);
+// The shard's runs in the global tensor, one per block (one run for a replicated parameter).
+// Throws megatron::Error naming the parameter when the extent does not divide.
+std::vector<ShardRun> shard_runs(const Parameter& p);
+// The local shape: global_shape with partition_dim replaced by shard_extent.
+Shape shard_shape(const Parameter& p);
 
 // Parameters in declaration order (the order of checkpoints, clipping sums and optimizer state).
 class ParameterSet {

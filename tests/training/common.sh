@@ -1,0 +1,10 @@
+# Sourced by the training tests with the script's arguments (MEGATRON_APP WORK_DIR): starts from an
+# empty work directory and defines `tiny` (the command array that trains tiny_gpt.toml with the data
+# index cache inside the work directory, so tests running side by side never share one) and
+# `run_tiny ARGS...`, which runs it.
+set -euo pipefail
+app=$1 work=$2
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+tiny=("$app" --config "$here/tiny_gpt.toml" --log-level warn --set "data.data_cache_path=$work/cache")
+run_tiny() { "${tiny[@]}" "$@"; }
