@@ -3,8 +3,10 @@
 // compared with Python's json.dumps and hashlib in megatron_reference.py).
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "expect_error.h"
@@ -99,6 +101,27 @@ TEST_F(GptIndexCache, BuildsOnceThenLoadsTheSameIndices) {
   EXPECT_EQ(second.num_epochs, first.num_epochs);
   EXPECT_EQ(second.separate_final_epoch, first.separate_final_epoch);
   EXPECT_EQ(first.document_index, build_gpt_indices(ids_, lengths_, options_).document_index);
+}
+
+// Concurrent builders of one cache (two jobs sharing a data_cache_path) write private temporaries
+// and rename them into place: both succeed, agree, and leave no temporary behind.
+TEST_F(GptIndexCache, ConcurrentBuildersBothSucceedAndLeaveNoTemporaries) {
+  GptIndices a, b;
+  std::exception_ptr failure;
+  std::thread other([&] {
+    try {
+      a = load(nullptr);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  b = load(nullptr);
+  other.join();
+  if (failure) std::rethrow_exception(failure);
+  EXPECT_EQ(a.shuffle_index, b.shuffle_index);
+  EXPECT_EQ(a.sample_index, b.sample_index);
+  for (const auto& entry : fs::directory_iterator(dir_.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
 }
 
 TEST_F(GptIndexCache, OtherSettingsGetTheirOwnFiles) {

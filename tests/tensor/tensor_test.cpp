@@ -74,6 +74,18 @@ TEST(Tensor, CloneIsIndependent) {
   EXPECT_FALSE(c.shares_storage_with(t));
 }
 
+// Same-dtype copies are exact: int64 values beyond 2^53 (token counts, offsets) survive clone,
+// contiguous() of a strided view, and to_vector.
+TEST(Tensor, SameDtypeCopiesAreExactForLargeIntegers) {
+  const std::int64_t big = (std::int64_t{1} << 53) + 1, bigger = (std::int64_t{1} << 62) + 7;
+  const Tensor t = Tensor::from(std::vector<std::int64_t>{big, 2, 3, bigger}, {2, 2});
+  EXPECT_EQ(t.clone().to_vector<std::int64_t>(), (std::vector<std::int64_t>{big, 2, 3, bigger}));
+  EXPECT_EQ(t.transpose(0, 1).contiguous().to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{big, 3, 2, bigger}));
+  EXPECT_EQ(t.transpose(0, 1).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{big, 3, 2, bigger}));
+}
+
 TEST(Tensor, ConversionsRoundThroughEachDtype) {
   const Tensor t = Tensor::from(std::vector<float>{1.0f, 1.0f + 0x1p-9f, -3.25f}, {3});
   EXPECT_EQ(t.to(DType::bf16).to_vector<float>(), (std::vector<float>{1.0f, 1.0f, -3.25f}));

@@ -1,6 +1,9 @@
 // GPTDataset index cache: Megatron's description JSON, its MD5, and the .npy files named after it.
+#include <unistd.h>
+
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <system_error>
 
@@ -48,15 +51,25 @@ std::string read_text(const fs::path& path) {
 }
 
 // Written under a temporary name and renamed, so a crash never leaves a half-written file under
-// the name a later run trusts.
+// the name a later run trusts. The temporary name is unique to this writer (process id and a
+// random tag): two jobs building the same cache at once each write their own file, and the
+// renames, identical in content, replace each other atomically.
 template <typename Write>
 void write_atomically(const fs::path& path, Write write) {
   fs::path temporary = path;
-  temporary += ".tmp";
-  write(temporary);
+  temporary += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(std::random_device{}());
+  try {
+    write(temporary);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw;
+  }
   std::error_code error;
   fs::rename(temporary, path, error);
   if (error) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
     throw Error(path.string() +
                 ": cannot move the freshly written file into place: " + error.message());
   }

@@ -2,6 +2,8 @@
 #include "megatron/tensor/tensor.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <numeric>
 
 #include "megatron/tensor/allocator.h"
@@ -10,13 +12,15 @@ namespace megatron {
 
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape)
+    n *= d;
   return n;
 }
 
 std::string shape_str(const Shape& shape) {
   std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
 
@@ -46,17 +50,20 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(device, static_cast<std::size_t>(shape_numel(shape)) *
-                                                     dtype_size(dtype));
+  t.storage_ = std::make_shared<Storage>(
+      device, static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype) { return full(shape, dtype, 0.0); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  return full(shape, dtype, 0.0);
+}
 
 Tensor Tensor::full(const Shape& shape, DType dtype, double value) {
   Tensor t = empty(shape, dtype);
   void* base = t.raw_data();
-  for (std::int64_t i = 0; i < t.numel(); ++i) store_from_double(base, dtype, i, value);
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    store_from_double(base, dtype, i, value);
   return t;
 }
 
@@ -68,8 +75,12 @@ int Tensor::normalize_dim(int d, int rank) const {
   return n;
 }
 
-std::int64_t Tensor::size(int d) const { return shape_[normalize_dim(d, dim())]; }
-std::int64_t Tensor::stride(int d) const { return strides_[normalize_dim(d, dim())]; }
+std::int64_t Tensor::size(int d) const {
+  return shape_[normalize_dim(d, dim())];
+}
+std::int64_t Tensor::stride(int d) const {
+  return strides_[normalize_dim(d, dim())];
+}
 
 bool Tensor::is_contiguous() const {
   std::int64_t expected = 1;
@@ -95,7 +106,8 @@ void Tensor::check_dtype(DType wanted) const {
 }
 
 Tensor Tensor::view(const Shape& shape) const {
-  if (!is_contiguous()) throw Error("view() of non-contiguous tensor " + describe() + "; call contiguous() first");
+  if (!is_contiguous())
+    throw Error("view() of non-contiguous tensor " + describe() + "; call contiguous() first");
   Shape resolved = shape;
   std::int64_t known = 1;
   int infer = -1;
@@ -167,7 +179,8 @@ Tensor Tensor::transpose(int d0, int d1) const {
 
 Tensor Tensor::permute(const std::vector<int>& order) const {
   if (static_cast<int>(order.size()) != dim()) {
-    throw Error("permute(): " + std::to_string(order.size()) + " dimensions given for " + describe());
+    throw Error("permute(): " + std::to_string(order.size()) + " dimensions given for " +
+                describe());
   }
   std::vector<bool> seen(order.size());
   Tensor t = *this;
@@ -227,7 +240,9 @@ Tensor Tensor::clone() const {
   return to(dtype_);
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::to(DType dtype) const {
   require_host(*this, "to()");
@@ -235,6 +250,22 @@ Tensor Tensor::to(DType dtype) const {
   const void* src = raw_data();
   void* dst = out.raw_data();
   std::int64_t i = 0;
+  if (dtype == dtype_) {
+    // Same dtype: copy bytes, exact for every type (a trip through double would round int64
+    // values beyond 2^53).
+    const std::size_t size = element_size();
+    const auto* from = static_cast<const std::byte*>(src);
+    auto* to_bytes = static_cast<std::byte*>(dst);
+    if (is_contiguous()) {
+      std::memcpy(to_bytes, from, nbytes());
+    } else {
+      for_each_index(*this, [&](std::int64_t index) {
+        std::memcpy(to_bytes + static_cast<std::size_t>(i++) * size,
+                    from + static_cast<std::size_t>(index) * size, size);
+      });
+    }
+    return out;
+  }
   for_each_index(*this, [&](std::int64_t index) {
     store_from_double(dst, dtype, i++, load_as_double(src, dtype_, index));
   });
@@ -247,6 +278,11 @@ std::vector<T> Tensor::to_vector() const {
   std::vector<T> out;
   out.reserve(static_cast<std::size_t>(numel()));
   const void* src = raw_data();
+  if (dtype_ == dtype_of_v<T>) {  // exact, as in to()
+    for_each_index(*this,
+                   [&](std::int64_t index) { out.push_back(static_cast<const T*>(src)[index]); });
+    return out;
+  }
   for_each_index(*this, [&](std::int64_t index) {
     out.push_back(static_cast<T>(load_as_double(src, dtype_, index)));
   });
