@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/rows.h"
 #include "megatron/tensor/philox.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -34,7 +35,8 @@ void for_each_element(const Tensor& t, Fn&& fn) {
   const auto rows = static_cast<std::int64_t>(offsets.size());
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t j = 0; j < n; ++j) fn(r * n + j, offsets[r] + j * stride);
+    for (std::int64_t j = 0; j < n; ++j)
+      fn(r * n + j, offsets[r] + j * stride);
   }
 }
 
@@ -53,15 +55,33 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
     std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
     return;
   }
-  const auto dst_offsets = row_offsets(dst);
-  const auto src_base = static_cast<const char*>(src.storage()->data());
-  auto dst_base = static_cast<char*>(dst.storage()->data());
+  // Row by row (the last dimension): a row that is unit-stride on both sides is one memcpy
+  // (transposes and TP/sequence shards copy whole rows); rows are independent, so large copies
+  // split them across threads.
   const std::size_t size = src.element_size();
-  const std::int64_t n = dst.dim() ? dst.size(-1) : 1, dst_stride = dst.dim() ? dst.stride(-1) : 1;
-  for_each_element(src, [&](std::int64_t i, std::int64_t s) {
-    const std::int64_t d = dst_offsets[static_cast<std::size_t>(i / n)] + (i % n) * dst_stride;
-    std::memcpy(dst_base + (dst.offset() + d) * size, src_base + (src.offset() + s) * size, size);
-  });
+  const std::vector<std::int64_t> src_rows = row_offsets(src), dst_rows = row_offsets(dst);
+  const char* src_base = static_cast<const char*>(src.storage()->data()) +
+                         static_cast<std::size_t>(src.offset()) * size;
+  char* dst_base =
+      static_cast<char*>(dst.storage()->data()) + static_cast<std::size_t>(dst.offset()) * size;
+  const std::int64_t n = dst.dim() ? dst.size(-1) : 1;
+  const std::int64_t src_step = src.dim() ? src.stride(-1) : 1,
+                     dst_step = dst.dim() ? dst.stride(-1) : 1;
+  const auto rows = static_cast<std::int64_t>(dst_rows.size());
+#pragma omp parallel for schedule(static) if (src.numel() > kParallelElements)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const char* from =
+        src_base + src_rows[static_cast<std::size_t>(r)] * static_cast<std::int64_t>(size);
+    char* to = dst_base + dst_rows[static_cast<std::size_t>(r)] * static_cast<std::int64_t>(size);
+    if (src_step == 1 && dst_step == 1) {
+      std::memcpy(to, from, static_cast<std::size_t>(n) * size);
+      continue;
+    }
+    for (std::int64_t j = 0; j < n; ++j) {
+      std::memcpy(to + j * dst_step * static_cast<std::int64_t>(size),
+                  from + j * src_step * static_cast<std::int64_t>(size), size);
+    }
+  }
 }
 
 void CpuBackend::fill(Tensor& t, double value) {
@@ -69,7 +89,8 @@ void CpuBackend::fill(Tensor& t, double value) {
   void* base = t.storage()->data();
   const std::int64_t offset = t.offset();
   const DType dtype = t.dtype();
-  for_each_element(t, [&](std::int64_t, std::int64_t s) { store_from_double(base, dtype, offset + s, value); });
+  for_each_element(
+      t, [&](std::int64_t, std::int64_t s) { store_from_double(base, dtype, offset + s, value); });
 }
 
 void CpuBackend::cast(const Tensor& src, Tensor& dst) {
@@ -145,7 +166,8 @@ int default_threads() {
   }
   // Ranks sharing a node split its cores rather than each starting one thread per core.
   int local_ranks = 1;
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
     if (const char* env = std::getenv(name); env && std::atoi(env) > 0) {
       local_ranks = std::atoi(env);
       break;
