@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -122,8 +123,172 @@ TEST(SelfCommunicator, RejectsBadArguments) {
     comm->broadcast(&x, 1, DType::f32, 2);
     ADD_FAILURE() << "expected an Error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "broadcast: root 2 is outside the group of size 1 (expected 0..0)");
+    EXPECT_STREQ(e.what(),
+                 "broadcast on the self group: root 2 is outside the group of size 1 (expected "
+                 "0..0)");
   }
+}
+
+// Runs `f`, expecting an Error whose message is exactly `expected`.
+template <typename F>
+void expect_error(F&& f, const std::string& expected) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an Error: " << expected;
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+}
+
+TEST(SelfCommunicator, ReduceScatterAndAllGatherCopyTheOneBlock) {
+  auto comm = make_self_communicator(5, "tensor");
+  EXPECT_EQ(comm->name(), "tensor");
+  const std::vector<float> send = {1.5f, -2.0f, 3.25f};
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+    std::vector<float> recv(3, 0.0f);
+    comm->reduce_scatter(send.data(), recv.data(), 3, DType::f32, op);
+    EXPECT_EQ(recv, send) << reduce_op_name(op);
+  }
+  std::vector<std::int64_t> gathered(2, 0);
+  const std::vector<std::int64_t> mine = {std::int64_t{1} << 40, -9};
+  comm->all_gather(mine.data(), gathered.data(), 2, DType::i64);
+  EXPECT_EQ(gathered, mine);
+  // 16-bit floats are copied bit for bit.
+  const std::uint16_t bits[2] = {0x3f80, 0xc000};
+  std::uint16_t out[2] = {};
+  comm->reduce_scatter(bits, out, 2, DType::bf16, ReduceOp::sum);
+  EXPECT_EQ(out[0], 0x3f80);
+  EXPECT_EQ(out[1], 0xc000);
+}
+
+TEST(SelfCommunicator, InPlaceFormsKeepTheData) {
+  auto comm = make_self_communicator();
+  std::vector<double> buf = {0.5, 0.25, -1.0};
+  comm->all_gather(buf.data(), buf.data(), 3, DType::f64);
+  EXPECT_EQ(buf, (std::vector<double>{0.5, 0.25, -1.0}));
+  comm->reduce_scatter(buf.data(), buf.data(), 3, DType::f64, ReduceOp::sum);
+  EXPECT_EQ(buf, (std::vector<double>{0.5, 0.25, -1.0}));
+  // Any other overlap is refused: recv one element past send.
+  std::vector<float> f(4, 1.0f);
+  expect_error([&] { comm->all_gather(f.data(), f.data() + 1, 3, DType::f32); },
+               "all_gather on the self group: the send and recv buffers overlap; the rank's block "
+               "may only alias the full buffer at block rank() (0)");
+  expect_error(
+      [&] { comm->reduce_scatter(f.data() + 1, f.data(), 3, DType::f32, ReduceOp::sum); },
+      "reduce_scatter on the self group: the send and recv buffers overlap; the rank's block may "
+      "only alias the full buffer at block rank() (0)");
+}
+
+TEST(SelfCommunicator, AsyncOperationsAreCompleteOnReturn) {
+  auto comm = make_self_communicator();
+  const std::vector<std::int32_t> send = {4, 5};
+  std::vector<std::int32_t> recv(2, 0);
+  CommHandle gather = comm->all_gather_async(send.data(), recv.data(), 2, DType::i32);
+  EXPECT_TRUE(gather.completed());
+  EXPECT_EQ(recv, send);
+  CommHandle scatter =
+      comm->reduce_scatter_async(send.data(), recv.data(), 2, DType::i32, ReduceOp::max);
+  EXPECT_TRUE(scatter.test());
+  std::vector<float> x = {2.0f};
+  CommHandle reduce = comm->all_reduce_async(x.data(), 1, DType::f32, ReduceOp::sum);
+  reduce.wait();
+  EXPECT_EQ(x[0], 2.0f);
+  // Count 0 does nothing, even with null buffers.
+  EXPECT_TRUE(comm->all_gather_async(nullptr, nullptr, 0, DType::f32).completed());
+  EXPECT_NO_THROW(comm->reduce_scatter(nullptr, nullptr, 0, DType::f32, ReduceOp::sum));
+}
+
+TEST(SelfCommunicator, SendAndRecvHaveNoPeer) {
+  auto comm = make_self_communicator(0, "pipeline");
+  float x = 1.0f;
+  expect_error([&] { comm->send(&x, 1, DType::f32, 0); },
+               "send on the pipeline group: peer 0 is this rank itself (a group of one has no "
+               "other member)");
+  expect_error([&] { comm->recv(&x, 1, DType::f32, 0, 3); },
+               "recv on the pipeline group: peer 0 is this rank itself (a group of one has no "
+               "other member)");
+  expect_error([&] { (void)comm->send_async(&x, 1, DType::f32, 1); },
+               "send on the pipeline group: peer 1 is outside the group of size 1 (expected 0..0)");
+  expect_error([&] { (void)comm->recv_async(&x, 1, DType::f32, -1); },
+               "recv on the pipeline group: peer -1 is outside the group of size 1 (expected "
+               "0..0)");
+}
+
+TEST(SelfCommunicator, RejectsBadArgumentsOfNewOperations) {
+  auto comm = make_self_communicator();
+  float x = 0.0f;
+  expect_error([&] { comm->reduce_scatter(nullptr, &x, 1, DType::f32, ReduceOp::sum); },
+               "reduce_scatter on the self group: the send buffer is null but count is 1");
+  expect_error([&] { comm->all_gather(&x, nullptr, 1, DType::f32); },
+               "all_gather on the self group: the recv buffer is null but count is 1");
+  expect_error([&] { (void)comm->all_reduce_async(nullptr, 2, DType::f32, ReduceOp::max); },
+               "all_reduce_async on the self group: the buffer is null but count is 2");
+  expect_error([&] { comm->reduce_scatter(&x, &x, 1, DType::f32, static_cast<ReduceOp>(7)); },
+               "reduce_scatter on the self group: unknown reduce op value 7");
+  expect_error([&] { comm->all_gather(&x, &x, 1, static_cast<DType>(42)); },
+               "all_gather on the self group: unknown dtype value 42");
+}
+
+// A request that counts how it is driven, to pin down CommHandle's own rules.
+struct CountingRequest final : CommRequest {
+  explicit CountingRequest(int* waits, int ready_after = 0, bool fail = false)
+      : waits_(waits), ready_after_(ready_after), fail_(fail) {}
+  void wait() override {
+    ++*waits_;
+    if (fail_) throw Error("transport failed");
+  }
+  bool test() override { return ++tests_ > ready_after_; }
+  int* waits_;
+  int ready_after_;
+  bool fail_;
+  int tests_ = 0;
+};
+
+TEST(CommHandle, DestructorWaitsWhenWaitWasNeverCalled) {
+  int waits = 0;
+  { CommHandle h(std::make_unique<CountingRequest>(&waits)); }
+  EXPECT_EQ(waits, 1);
+  {
+    CommHandle h(std::make_unique<CountingRequest>(&waits));
+    h.wait();
+    h.wait();  // the second call returns at once
+  }
+  EXPECT_EQ(waits, 2);
+  // A failed wait is reported to the caller once; the destructor does not wait again.
+  {
+    CommHandle h(std::make_unique<CountingRequest>(&waits, 0, /*fail=*/true));
+    EXPECT_THROW(h.wait(), Error);
+    EXPECT_TRUE(h.completed());
+  }
+  EXPECT_EQ(waits, 3);
+  // The destructor swallows (and logs) a failure instead of terminating.
+  { CommHandle h(std::make_unique<CountingRequest>(&waits, 0, /*fail=*/true)); }
+  EXPECT_EQ(waits, 4);
+}
+
+TEST(CommHandle, TestPollsUntilCompleteAndMovesTransferOwnership) {
+  int waits = 0;
+  CommHandle h(std::make_unique<CountingRequest>(&waits, /*ready_after=*/2));
+  EXPECT_FALSE(h.test());
+  EXPECT_FALSE(h.test());
+  EXPECT_FALSE(h.completed());
+  EXPECT_TRUE(h.test());
+  EXPECT_TRUE(h.completed());
+  EXPECT_TRUE(h.test());
+  EXPECT_EQ(waits, 0);  // completion seen by test() needs no wait
+
+  CommHandle a(std::make_unique<CountingRequest>(&waits));
+  CommHandle b = std::move(a);
+  EXPECT_TRUE(a.completed());  // NOLINT(bugprone-use-after-move): moved-from is complete
+  // Assigning over a pending handle waits for its operation first.
+  b = CommHandle(std::make_unique<CountingRequest>(&waits));
+  EXPECT_EQ(waits, 1);
+  b.wait();
+  EXPECT_EQ(waits, 2);
+  CommHandle none;
+  EXPECT_TRUE(none.completed());
+  EXPECT_TRUE(none.test());
+  none.wait();
 }
 
 TEST(ParallelStateSingleProcess, AllGroupsAreThisRank) {

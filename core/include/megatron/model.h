@@ -12,6 +12,28 @@
 
 namespace megatron {
 
+// Layers [first, first + count) of the whole model, by global layer number.
+struct LayerRange {
+  std::int64_t first = 0;
+  std::int64_t count = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+
+// Where a model instance sits in a pipeline: its stage and the layers of each of its model chunks
+// (several with the interleaved schedule). Virtual stage of chunk c on rank r: c * size + r; the
+// first virtual stage embeds, the last computes the loss.
+struct PipelinePlacement {
+  int rank = 0;
+  int size = 1;
+  std::vector<LayerRange> chunks;  // empty: one chunk holding every layer
+
+  int num_chunks() const { return chunks.empty() ? 1 : static_cast<int>(chunks.size()); }
+  bool is_first_virtual_stage(int chunk) const { return rank == 0 && chunk == 0; }
+  bool is_last_virtual_stage(int chunk) const {
+    return rank == size - 1 && chunk == num_chunks() - 1;
+  }
+};
+
 // What the host tells a model when it builds it (after the dataset's tokenizer is known).
 struct ModelBuildInfo {
   std::int64_t vocab_size = 0;  // unpadded tokenizer vocabulary; the model pads it
@@ -20,6 +42,7 @@ struct ModelBuildInfo {
   DType param_dtype = DType::f32;    // f32 normally, f64 for gradient checks
   DType compute_dtype = DType::f32;  // bf16/f16: GEMM inputs cast to it (mixed precision)
   std::uint64_t seed = 1234;
+  PipelinePlacement pipeline;  // default: the whole model, one stage
 };
 
 // One micro-batch, (B, S) each: input tokens, target labels (the next tokens), loss mask (1 =
@@ -76,6 +99,25 @@ class Model : public Plugin {
   virtual ModelDimensions dimensions() const = 0;
   // Megatron's (key, value) summary of the architecture for logs and `plan`.
   virtual std::string describe() const = 0;
+
+  // ---- pipeline parallelism (optional; the defaults refuse with the plugin's name) ----------
+  // The first chunk's input comes from `batch`; the others' from the previous virtual stage.
+  struct ChunkOutput {
+    Tensor activation;  // sent to the next virtual stage; undefined on the last one
+    StepResult loss;    // the last virtual stage's masked loss sum and token count
+  };
+  // Forward of model chunk `chunk` (index into ModelBuildInfo::pipeline.chunks) on micro-batch
+  // `micro_batch`; `input` is the previous virtual stage's activation (undefined on the first).
+  // With options.backward, what backward needs is kept under (chunk, micro_batch).
+  virtual ChunkOutput forward_chunk(int chunk, std::int64_t micro_batch, const Batch& batch,
+                                    const Tensor& input, const StepOptions& options);
+  // Backward of that forward (then forgotten): `output_grad` is the next virtual stage's
+  // input gradient (undefined on the last). Accumulates parameter gradients, reports them
+  // through options.grads_ready, and returns the gradient of `input` (undefined on the first).
+  virtual Tensor backward_chunk(int chunk, std::int64_t micro_batch, const Tensor& output_grad,
+                                const StepOptions& options);
+  // Shape of the activation passed between virtual stages for a micro-batch of this many samples.
+  virtual Shape activation_shape(std::int64_t micro_batch_size) const;
 };
 
 }  // namespace megatron

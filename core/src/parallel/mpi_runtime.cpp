@@ -94,6 +94,13 @@ MpiRuntime::MpiRuntime(Mode mode) {
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   if (rc != MPI_SUCCESS && finalize_) MPI_Finalize();
   detail::check_mpi(rc, "MPI_Comm_size/MPI_Comm_rank(MPI_COMM_WORLD)");
+  try {
+    detail::create_mpi_half_ops();
+  } catch (...) {
+    detail::free_mpi_half_ops();
+    if (finalize_) MPI_Finalize();
+    throw;
+  }
 }
 
 void MpiRuntime::abort(int exit_code) const {
@@ -102,6 +109,8 @@ void MpiRuntime::abort(int exit_code) const {
 }
 
 MpiRuntime::~MpiRuntime() {
+  // User-defined ops and types must be freed while MPI is still initialized.
+  if (use_mpi_) detail::free_mpi_half_ops();
   if (finalize_) MPI_Finalize();
 }
 

@@ -1,7 +1,11 @@
 // The one-member communicator used when the program runs without an MPI launcher.
+#include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "megatron/error.h"
 #include "megatron/parallel/communicator.h"
 
 namespace megatron {
@@ -9,26 +13,51 @@ namespace {
 
 class SelfCommunicator final : public Communicator {
  public:
-  explicit SelfCommunicator(int global_rank) : global_ranks_{global_rank} {}
+  SelfCommunicator(int global_rank, std::string name)
+      : global_ranks_{global_rank}, name_(std::move(name)) {}
 
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const std::vector<int>& global_ranks() const override { return global_ranks_; }
+  const std::string& name() const override { return name_; }
 
  protected:
   // With a single member the reduced value and the root's value are the buffer itself.
   void all_reduce_impl(void*, std::size_t, DType, ReduceOp) override {}
   void broadcast_impl(void*, std::size_t, DType, int) override {}
   void barrier_impl() override {}
+  CommHandle all_reduce_async_impl(void*, std::size_t, DType, ReduceOp) override { return {}; }
+
+  // A reduction over one block is that block; the gather of one block is that block. The base
+  // class allows only exact aliasing (send == recv), for which memmove is a no-op copy.
+  CommHandle reduce_scatter_impl(const void* send, void* recv, std::size_t recv_count, DType dtype,
+                                 ReduceOp) override {
+    std::memmove(recv, send, recv_count * dtype_size(dtype));
+    return {};
+  }
+  CommHandle all_gather_impl(const void* send, void* recv, std::size_t send_count,
+                             DType dtype) override {
+    std::memmove(recv, send, send_count * dtype_size(dtype));
+    return {};
+  }
+
+  // Unreachable: the base class refuses every peer of a group of one (out of range or itself).
+  CommHandle send_impl(const void*, std::size_t, DType, int peer, int) override {
+    throw Error("send on the " + name_ + " group: no peer " + std::to_string(peer));
+  }
+  CommHandle recv_impl(void*, std::size_t, DType, int peer, int) override {
+    throw Error("recv on the " + name_ + " group: no peer " + std::to_string(peer));
+  }
 
  private:
   std::vector<int> global_ranks_;
+  std::string name_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_self_communicator(int global_rank) {
-  return std::make_unique<SelfCommunicator>(global_rank);
+std::unique_ptr<Communicator> make_self_communicator(int global_rank, std::string name) {
+  return std::make_unique<SelfCommunicator>(global_rank, std::move(name));
 }
 
 }  // namespace megatron

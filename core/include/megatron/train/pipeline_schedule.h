@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "megatron/model.h"  // LayerRange
+
 namespace megatron::train {
 
 // How the layers are cut into pipeline stages ([parallel] keys, Megatron's argument names).
@@ -17,12 +19,6 @@ struct PipelineLayout {
   std::int64_t first_stage_layers = 0;  // decoder_first_pipeline_num_layers (0: even split)
   std::int64_t last_stage_layers = 0;   // decoder_last_pipeline_num_layers (0: even split)
   int microbatch_group_size = 0;        // interleaved only; 0: pipeline_size (Megatron)
-};
-
-// Layers [first, first + count) of the model (global layer numbers).
-struct LayerRange {
-  std::int64_t first = 0;
-  std::int64_t count = 0;
 };
 
 // Layers of model chunk `chunk` on pipeline rank `rank`. Even split: chunk c on rank r holds
