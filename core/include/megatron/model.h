@@ -12,6 +12,8 @@
 
 namespace megatron {
 
+class Communicator;
+
 // Layers [first, first + count) of the whole model, by global layer number.
 struct LayerRange {
   std::int64_t first = 0;
@@ -42,7 +44,14 @@ struct ModelBuildInfo {
   DType param_dtype = DType::f32;    // f32 normally, f64 for gradient checks
   DType compute_dtype = DType::f32;  // bf16/f16: GEMM inputs cast to it (mixed precision)
   std::uint64_t seed = 1234;
-  PipelinePlacement pipeline;  // default: the whole model, one stage
+  // Tensor parallelism: this rank's place in its tensor-parallel group and the group's
+  // communicator (owned by the ParallelState, outliving the model). tp_size 1: unsplit. On the
+  // meta device (`plan`) the communicator may be null: shards are declared, never exchanged.
+  Communicator* tensor_comm = nullptr;
+  int tp_rank = 0;
+  int tp_size = 1;
+  bool sequence_parallel = false;  // activations outside the TP regions on sequence shards
+  PipelinePlacement pipeline;      // default: the whole model, one stage
 };
 
 // One micro-batch, (B, S) each: input tokens, target labels (the next tokens), loss mask (1 =

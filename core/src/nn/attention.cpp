@@ -2,6 +2,9 @@
 #include "megatron/nn/attention.h"
 
 #include <cmath>
+#include <string>
+
+#include "megatron/error.h"
 
 namespace megatron::nn {
 
@@ -17,6 +20,23 @@ Tensor bshd(const Tensor& t) {
 void SelfAttention::declare(ParamFactory& factory, const std::string& prefix,
                             const TransformerConfig& config) {
   config_ = config;
+  tp_ = factory.tp;
+  const std::int64_t t = tp_.size;
+  if (config.num_attention_heads % t != 0) {
+    throw ConfigError("num_attention_heads (" + std::to_string(config.num_attention_heads) +
+                      ") must be divisible by tensor_model_parallel_size (" + std::to_string(t) +
+                      "): each tensor-parallel rank computes whole attention heads");
+  }
+  if (config.num_query_groups % t != 0) {
+    throw ConfigError("num_query_groups (" + std::to_string(config.num_query_groups) +
+                      ") must be divisible by tensor_model_parallel_size (" + std::to_string(t) +
+                      "): each tensor-parallel rank holds whole query groups with their keys "
+                      "and values");
+  }
+  heads_ = config.num_attention_heads / t;
+  groups_ = config.num_query_groups / t;
+  // The per-query-group layout puts whole groups in each slice of linear_qkv's rows.
+  qkv_local_ = config.qkv_size() / t;
   qkv = Linear::declare(factory, prefix + ".linear_qkv", config.hidden_size, config.qkv_size(),
                         config.add_qkv_bias || config.add_bias_linear, config.init_method_std,
                         TensorParallel::column);
@@ -25,27 +45,32 @@ void SelfAttention::declare(ParamFactory& factory, const std::string& prefix,
                          config.add_bias_linear, config.output_init_std(), TensorParallel::row);
 }
 
-AttentionParams SelfAttention::params(const LayerContext& ctx, std::uint64_t dropout_site) const {
+AttentionParams SelfAttention::params(const LayerContext& ctx, std::uint64_t dropout_site,
+                                      std::int64_t s, std::int64_t b) const {
   AttentionParams p;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.kv_channels)));
   p.causal = true;
   p.dropout_p = ctx.training ? config_.attention_dropout : 0.0f;
   p.seed = ctx.seed;
-  p.offset = ctx.dropout_offset(dropout_site);
+  // Attention dropout is inside the tensor-parallel region: each rank's probabilities (B, heads,
+  // S, S) take their own block of the site's Philox range (Megatron forks a per-rank RNG here).
+  p.offset = ctx.dropout_offset(dropout_site) +
+             static_cast<std::uint64_t>(tp_.rank) * static_cast<std::uint64_t>(b * heads_ * s * s);
   return p;
 }
 
 void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary,
                             std::uint64_t dropout_site, Tensor& y, Saved& saved) const {
   Backend& be = ctx.backend;
-  const std::int64_t s = x.size(0), b = x.size(1), h = x.size(2), rows = s * b;
-  const std::int64_t np = config_.num_attention_heads, ng = config_.num_query_groups;
+  const std::int64_t s_in = x.size(0), b = x.size(1), h = x.size(2), rows_in = s_in * b;
+  const std::int64_t s = tp_full_rows(tp_, s_in), rows = s * b;
+  const std::int64_t np = heads_, ng = groups_;
   const std::int64_t r = config_.heads_per_group(), hn = config_.kv_channels;
   const DType dt = x.dtype();
 
-  Tensor mixed = be.empty({s, b, config_.qkv_size()}, dt);
-  Tensor mixed_rows = mixed.view({rows, config_.qkv_size()});
-  qkv.forward(be, x.view({rows, h}), mixed_rows, ctx.compute);
+  Tensor mixed = be.empty({s, b, qkv_local_}, dt);
+  Tensor mixed_rows = mixed.view({rows, qkv_local_});
+  qkv.forward(be, x.view({rows_in, h}), mixed_rows, ctx.compute);
 
   // Per query group: r query heads, then one key head, then one value head.
   const Tensor grouped = mixed.unflatten(2, ng, (r + 2) * hn);
@@ -65,9 +90,9 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Rota
   saved.out = be.empty({s, b, np, hn}, dt);
   saved.lse = be.empty({b, np, s}, dt == DType::f64 ? DType::f64 : DType::f32);
   Tensor out4 = bshd(saved.out);
-  be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v), params(ctx, dropout_site), out4,
-                       saved.lse);
-  Tensor y_rows = y.view({rows, h});
+  be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v), params(ctx, dropout_site, s, b),
+                       out4, saved.lse);
+  Tensor y_rows = y.view({rows_in, h});
   proj.forward(be, saved.out.view({rows, np * hn}), y_rows, ctx.compute);
 }
 
@@ -75,35 +100,36 @@ void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Ten
                              const RotaryTables* rotary, std::uint64_t dropout_site,
                              const Saved& saved, Tensor& dx) const {
   Backend& be = ctx.backend;
-  const std::int64_t s = x.size(0), b = x.size(1), h = x.size(2), rows = s * b;
-  const std::int64_t np = config_.num_attention_heads, ng = config_.num_query_groups;
+  const std::int64_t s_in = x.size(0), b = x.size(1), h = x.size(2), rows_in = s_in * b;
+  const std::int64_t s = tp_full_rows(tp_, s_in), rows = s * b;
+  const std::int64_t np = heads_, ng = groups_;
   const std::int64_t r = config_.heads_per_group(), hn = config_.kv_channels;
   const DType dt = x.dtype();
 
   Tensor dctx = be.empty({s, b, np, hn}, dt);
   Tensor dctx_rows = dctx.view({rows, np * hn});
-  proj.backward(be, saved.out.view({rows, np * hn}), dy.view({rows, h}), &dctx_rows, ctx.compute);
+  proj.backward(be, saved.out.view({rows, np * hn}), dy.view({rows_in, h}), &dctx_rows,
+                ctx.compute);
 
   Tensor dq = be.empty({s, b, np, hn}, dt), dk = be.empty({s, b, ng, hn}, dt),
          dv = be.empty({s, b, ng, hn}, dt);
   Tensor dq4 = bshd(dq), dk4 = bshd(dk), dv4 = bshd(dv);
   be.attention_backward(bshd(dctx), bshd(saved.q), bshd(saved.k), bshd(saved.v), bshd(saved.out),
-                        saved.lse, params(ctx, dropout_site), dq4, dk4, dv4);
+                        saved.lse, params(ctx, dropout_site, s, b), dq4, dk4, dv4);
   if (rotary) {
     be.rotary_backward(dq4, rotary->cos, rotary->sin, dq4);
     be.rotary_backward(dk4, rotary->cos, rotary->sin, dk4);
   }
 
-  Tensor dmixed = be.empty({s, b, config_.qkv_size()}, dt);
+  Tensor dmixed = be.empty({s, b, qkv_local_}, dt);
   const Tensor grouped = dmixed.unflatten(2, ng, (r + 2) * hn);
   Tensor dq_dst = grouped.slice(3, 0, r * hn).unflatten(3, r, hn);
   Tensor dk_dst = grouped.slice(3, r * hn, hn), dv_dst = grouped.slice(3, (r + 1) * hn, hn);
   be.copy(dq.view({s, b, ng, r, hn}), dq_dst);
   be.copy(dk, dk_dst);
   be.copy(dv, dv_dst);
-  Tensor dx_rows = dx.view({rows, h});
-  qkv.backward(be, x.view({rows, h}), dmixed.view({rows, config_.qkv_size()}), &dx_rows,
-               ctx.compute);
+  Tensor dx_rows = dx.view({rows_in, h});
+  qkv.backward(be, x.view({rows_in, h}), dmixed.view({rows, qkv_local_}), &dx_rows, ctx.compute);
 }
 
 }  // namespace megatron::nn

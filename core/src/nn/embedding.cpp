@@ -1,4 +1,4 @@
-// Language-model embedding forward and backward.
+// Language-model embedding forward and backward, vocabulary-parallel under tensor parallelism.
 #include "megatron/nn/embedding.h"
 
 #include <vector>
@@ -9,55 +9,84 @@ void Embedding::declare(ParamFactory& factory, const std::string& prefix, std::i
                         std::int64_t hidden, std::int64_t max_positions, float init_std,
                         float dropout) {
   dropout_ = dropout;
+  tp_ = factory.tp;
   word_embeddings = &factory.declare(prefix + ".word_embeddings.weight", {vocab_size, hidden},
-                                     ParamInit::normal, init_std);
-  word_embeddings->partition_dim = 0;  // vocabulary-parallel
+                                     ParamInit::normal, init_std, true, Split{0, 1});
   if (max_positions > 0) {
     position_embeddings = &factory.declare(prefix + ".position_embeddings.weight",
                                            {max_positions, hidden}, ParamInit::normal, init_std);
+    // Under sequence parallelism positions are added to the sequence shard only, so each rank's
+    // gradient is a partial sum (reduced over the group like the norms').
+    position_embeddings->sequence_parallel = factory.tp.sp();
   }
 }
 
-Tensor Embedding::positions(const Tensor& ids) const {
+std::int64_t Embedding::vocab_start() const {
+  return shard_runs(*word_embeddings).front().global_offset;
+}
+
+Tensor Embedding::positions(const Tensor& ids, std::int64_t first_row, std::int64_t rows) const {
   const std::int64_t s = ids.size(0), b = ids.size(1);
   if (s > position_embeddings->value.size(0)) {
     throw Error("sequence length " + std::to_string(s) + " exceeds max_position_embeddings " +
                 std::to_string(position_embeddings->value.size(0)));
   }
-  std::vector<std::int32_t> pos(static_cast<std::size_t>(s * b));
-  for (std::int64_t i = 0; i < s * b; ++i)
-    pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i / b);
-  return Tensor::from(pos, {s * b});
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i)
+    pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((first_row + i) / b);
+  return Tensor::from(pos, {rows});
 }
 
 void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site,
                         Tensor& y) const {
   Backend& be = ctx.backend;
   const std::int64_t rows = ids.numel(), h = word_embeddings->value.size(1);
-  Tensor y_rows = y.view({rows, h});
-  be.embedding_forward(ids.view({rows}), word_embeddings->value, 0, y_rows);
+  const std::int64_t local_rows = y.numel() / h;  // rows / tp under sequence parallelism
+  Tensor y_rows = y.view({local_rows, h});
+  if (tp_.sp()) {
+    Tensor partial = be.empty({rows, h}, y.dtype());
+    be.embedding_forward(ids.view({rows}), word_embeddings->value, vocab_start(), partial);
+    tp_reduce_scatter_rows(tp_, partial, y_rows);
+  } else {
+    be.embedding_forward(ids.view({rows}), word_embeddings->value, vocab_start(), y_rows);
+    tp_all_reduce(tp_, y_rows);
+  }
   if (position_embeddings) {
-    Tensor pos = be.empty({rows, h}, y.dtype());
-    be.embedding_forward(positions(ids), position_embeddings->value, 0, pos);
+    Tensor pos = be.empty({local_rows, h}, y.dtype());
+    const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
+    be.embedding_forward(positions(ids, first, local_rows), position_embeddings->value, 0, pos);
     be.add(y_rows, pos, y_rows);
   }
   const float p = ctx.training ? dropout_ : 0.0f;
-  if (p > 0) be.dropout_forward(y, p, ctx.seed, ctx.dropout_offset(dropout_site), y);
+  if (p > 0) {
+    be.dropout_forward(y, p, ctx.seed,
+                       ctx.dropout_offset(dropout_site) + tp_sequence_offset(tp_, y.numel()), y);
+  }
 }
 
 void Embedding::backward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site,
                          const Tensor& dy) const {
   Backend& be = ctx.backend;
   const std::int64_t rows = ids.numel(), h = word_embeddings->value.size(1);
-  Tensor d = dy.view({rows, h});
+  const std::int64_t local_rows = dy.numel() / h;
+  Tensor d = dy.view({local_rows, h});
   const float p = ctx.training ? dropout_ : 0.0f;
   if (p > 0) {
-    d = be.empty({rows, h}, dy.dtype());
-    be.dropout_backward(dy.view({rows, h}), p, ctx.seed, ctx.dropout_offset(dropout_site), d);
+    d = be.empty({local_rows, h}, dy.dtype());
+    be.dropout_backward(dy.view({local_rows, h}), p, ctx.seed,
+                        ctx.dropout_offset(dropout_site) + tp_sequence_offset(tp_, dy.numel()), d);
   }
-  be.embedding_backward(ids.view({rows}), d, 0, word_embeddings->grad, true);
-  if (position_embeddings)
-    be.embedding_backward(positions(ids), d, 0, position_embeddings->grad, true);
+  if (position_embeddings) {
+    const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
+    be.embedding_backward(positions(ids, first, local_rows), d, 0, position_embeddings->grad, true);
+  }
+  // Backward of the all-reduce is the identity; of the reduce-scatter, an all-gather.
+  if (tp_.sp()) {
+    Tensor full = be.empty({rows, h}, dy.dtype());
+    tp_gather_rows(tp_, d, full);
+    d = full;
+  }
+  be.embedding_backward(ids.view({rows}), d, vocab_start(), word_embeddings->grad, true);
 }
 
 }  // namespace megatron::nn

@@ -4,17 +4,39 @@
 namespace megatron::nn {
 
 Parameter& ParamFactory::declare(const std::string& name, const Shape& shape, ParamInit init,
-                                 float init_std, bool weight_decay) {
+                                 float init_std, bool weight_decay, Split split) {
   Parameter p;
   p.name = name;
   p.global_shape = shape;
+  p.partition_dim = split.dim;
+  if (split.dim >= 0) {
+    p.partition_count = tp.size;
+    p.partition_rank = tp.rank;
+    p.partition_blocks = split.blocks;
+  }
   p.init = init;
   p.init_std = init_std;
   p.weight_decay = weight_decay;
-  p.value = Tensor::empty(shape, dtype, device);
-  p.grad = Tensor::empty(shape, dtype, device);
+  const Shape local = shard_shape(p);  // throws, naming the parameter, when it does not divide
+  p.value = Tensor::empty(local, dtype, device);
+  p.grad = Tensor::empty(local, dtype, device);
   return params.add(std::move(p));
 }
+
+namespace {
+
+// A shard's slice of the global initialisation: draw the global tensor, copy this rank's runs.
+// One parameter at a time, so the temporary is at most the largest global tensor.
+void fill_normal_shard(Backend& backend, Parameter& p, std::uint64_t seed, std::uint64_t offset) {
+  Tensor global = backend.empty(p.global_shape, p.value.dtype());
+  backend.fill_normal(global, 0.0f, p.init_std, seed, offset);
+  for (const ShardRun& run : shard_runs(p)) {
+    Tensor dst = p.value.slice(p.partition_dim, run.local_offset, run.length);
+    backend.copy(global.slice(p.partition_dim, run.global_offset, run.length), dst);
+  }
+}
+
+}  // namespace
 
 void initialize_parameters(Backend& backend, ParameterSet& params, std::uint64_t seed) {
   std::uint64_t index = 0;
@@ -22,7 +44,11 @@ void initialize_parameters(Backend& backend, ParameterSet& params, std::uint64_t
     if (p->value.device().is_meta()) continue;
     switch (p->init) {
       case ParamInit::normal:
-        backend.fill_normal(p->value, 0.0f, p->init_std, seed, index << 40);
+        if (p->partition_count > 1) {
+          fill_normal_shard(backend, *p, seed, index << 40);
+        } else {
+          backend.fill_normal(p->value, 0.0f, p->init_std, seed, index << 40);
+        }
         break;
       case ParamInit::zeros:
         backend.fill(p->value, 0.0);

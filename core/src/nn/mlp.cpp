@@ -1,21 +1,33 @@
 // MLP forward and backward.
 #include "megatron/nn/mlp.h"
 
+#include <string>
+
+#include "megatron/error.h"
+
 namespace megatron::nn {
 
 void Mlp::declare(ParamFactory& factory, const std::string& prefix,
                   const TransformerConfig& config) {
   config_ = config;
+  tp_ = factory.tp;
+  if (config.ffn_hidden_size % tp_.size != 0) {
+    throw ConfigError("ffn_hidden_size (" + std::to_string(config.ffn_hidden_size) +
+                      ") must be divisible by tensor_model_parallel_size (" +
+                      std::to_string(tp_.size) + ")");
+  }
+  ffn_ = config.ffn_hidden_size / tp_.size;
   const std::int64_t fc1_out = config.swiglu ? 2 * config.ffn_hidden_size : config.ffn_hidden_size;
   fc1 = Linear::declare(factory, prefix + ".linear_fc1", config.hidden_size, fc1_out,
-                        config.add_bias_linear, config.init_method_std, TensorParallel::column);
+                        config.add_bias_linear, config.init_method_std, TensorParallel::column,
+                        config.swiglu ? 2 : 1);
   fc2 = Linear::declare(factory, prefix + ".linear_fc2", config.ffn_hidden_size, config.hidden_size,
                         config.add_bias_linear, config.output_init_std(), TensorParallel::row);
 }
 
 void Mlp::forward(const LayerContext& ctx, const Tensor& x, Tensor& y, Saved& saved) const {
   Backend& be = ctx.backend;
-  const std::int64_t rows = x.size(0), f = config_.ffn_hidden_size;
+  const std::int64_t rows = tp_full_rows(tp_, x.size(0)), f = ffn_;
   saved.fc1_out = be.empty({rows, config_.swiglu ? 2 * f : f}, x.dtype());
   fc1.forward(be, x, saved.fc1_out, ctx.compute);
   saved.act_out = be.empty({rows, f}, x.dtype());

@@ -11,6 +11,10 @@ Norm Norm::declare(ParamFactory& factory, const std::string& prefix, std::int64_
   n.weight = &factory.declare(prefix + ".weight", {hidden}, ParamInit::ones, 0, false);
   if (kind == NormKind::layernorm)
     n.bias = &factory.declare(prefix + ".bias", {hidden}, ParamInit::zeros, 0, false);
+  // Under sequence parallelism a norm runs on the rank's sequence shard: its replicated
+  // parameters get partial gradients, all-reduced over the tensor-parallel group by the trainer.
+  n.weight->sequence_parallel = factory.tp.sp();
+  if (n.bias) n.bias->sequence_parallel = factory.tp.sp();
   return n;
 }
 

@@ -6,6 +6,7 @@ namespace megatron::nn {
 void TransformerLayer::declare(ParamFactory& factory, const std::string& prefix,
                                const TransformerConfig& config, std::int64_t index) {
   config_ = config;
+  tp_ = factory.tp;
   index_ = index;
   input_layernorm = Norm::declare(factory, prefix + ".input_layernorm", config.hidden_size,
                                   config.normalization, config.norm_epsilon);
@@ -29,7 +30,7 @@ void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const R
   input_layernorm.forward(be, x.view({rows, h}), ln1_rows, s.norm1);
   Tensor attn = be.empty(x.shape(), dt);
   self_attention.forward(ctx, s.ln1, rotary, site(0), attn, s.attention);
-  if (p > 0) be.dropout_forward(attn, p, ctx.seed, ctx.dropout_offset(site(1)), attn);
+  if (p > 0) be.dropout_forward(attn, p, ctx.seed, hidden_offset(ctx, 1, attn.numel()), attn);
   s.x1 = be.empty(x.shape(), dt);
   be.add(x, attn, s.x1);
 
@@ -37,7 +38,7 @@ void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const R
   pre_mlp_layernorm.forward(be, s.x1.view({rows, h}), s.ln2, s.norm2);
   Tensor m = be.empty({rows, h}, dt);
   mlp.forward(ctx, s.ln2, m, s.mlp);
-  if (p > 0) be.dropout_forward(m, p, ctx.seed, ctx.dropout_offset(site(2)), m);
+  if (p > 0) be.dropout_forward(m, p, ctx.seed, hidden_offset(ctx, 2, m.numel()), m);
   Tensor y_rows = y.view({rows, h});
   be.add(s.x1.view({rows, h}), m, y_rows);
 
@@ -59,7 +60,7 @@ void TransformerLayer::backward(const LayerContext& ctx, const Tensor& dy,
   // y = x1 + dropout(mlp(ln2(x1)))
   Tensor dm = be.empty({rows, h}, dt);
   if (p > 0) {
-    be.dropout_backward(dy_rows, p, ctx.seed, ctx.dropout_offset(site(2)), dm);
+    be.dropout_backward(dy_rows, p, ctx.seed, hidden_offset(ctx, 2, dm.numel()), dm);
   } else {
     be.copy(dy_rows, dm);
   }
@@ -74,7 +75,7 @@ void TransformerLayer::backward(const LayerContext& ctx, const Tensor& dy,
   // x1 = x + dropout(attention(ln1(x)))
   Tensor dattn = be.empty(dy.shape(), dt);
   if (p > 0) {
-    be.dropout_backward(dx1, p, ctx.seed, ctx.dropout_offset(site(1)), dattn);
+    be.dropout_backward(dx1, p, ctx.seed, hidden_offset(ctx, 1, dattn.numel()), dattn);
   } else {
     be.copy(dx1, dattn);
   }

@@ -82,6 +82,10 @@ TrainSummary Trainer::run() {
   info.seq_length = t.dataset.seq_length();
   info.device = t.device;
   info.seed = t.seed;
+  info.tensor_comm = parallel.tp_size() > 1 ? &parallel.comm(Group::tensor) : nullptr;
+  info.tp_rank = parallel.tp_rank();
+  info.tp_size = parallel.tp_size();
+  info.sequence_parallel = core.parallel.sequence_parallel;
   // Mixed precision: fp32 master weights and gradients; GEMM inputs in bf16/fp16.
   info.compute_dtype = tc.bf16 ? DType::bf16 : tc.fp16 ? DType::f16 : DType::f32;
   t.model.build(info);

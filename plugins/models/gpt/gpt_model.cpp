@@ -13,8 +13,11 @@ namespace megatron::gpt {
 void GptModel::build(const ModelBuildInfo& info) {
   info_ = info;
   const nn::TransformerConfig& tc = config_.transformer;
+  tp_ = tensor_parallelism(info);
+  // Megatron pads to a multiple of make_vocab_size_divisible_by x TP, so every rank holds an
+  // equal vocabulary slice.
   padded_vocab_ =
-      megatron::padded_vocab_size(info.vocab_size, config_.make_vocab_size_divisible_by, 1);
+      megatron::padded_vocab_size(info.vocab_size, config_.make_vocab_size_divisible_by, tp_.size);
   std::int64_t max_pos = config_.max_position_embeddings;
   if (max_pos == 0) max_pos = info.seq_length;
   if (info.seq_length > max_pos) {
@@ -22,7 +25,7 @@ void GptModel::build(const ModelBuildInfo& info) {
                       " is smaller than the data's seq_length " + std::to_string(info.seq_length));
   }
 
-  nn::ParamFactory factory{params_, info.device, info.param_dtype};
+  nn::ParamFactory factory{params_, info.device, info.param_dtype, tp_};
   const bool learned = config_.position_embedding == PositionEmbedding::learned_absolute;
   embedding_.declare(factory, "embedding", padded_vocab_, tc.hidden_size, learned ? max_pos : 0,
                      tc.init_method_std, tc.hidden_dropout);
@@ -35,8 +38,7 @@ void GptModel::build(const ModelBuildInfo& info) {
                                        tc.normalization, tc.norm_epsilon);
   if (config_.untie_embeddings_and_output_weights) {
     output_layer_ = &factory.declare("output_layer.weight", {padded_vocab_, tc.hidden_size},
-                                     ParamInit::normal, tc.init_method_std);
-    output_layer_->partition_dim = 0;
+                                     ParamInit::normal, tc.init_method_std, true, nn::Split{0, 1});
   }
   if (tc.rotary_dim > 0 && !info.device.is_meta()) {
     rotary_ = nn::make_rotary_tables(info.seq_length, tc.rotary_dim, config_.rotary_base,
@@ -46,6 +48,30 @@ void GptModel::build(const ModelBuildInfo& info) {
   group_parameters();
   if (!info.device.is_meta())
     nn::initialize_parameters(backend_for(info.device), params_, info.seed);
+}
+
+nn::TensorParallelism GptModel::tensor_parallelism(const ModelBuildInfo& info) {
+  nn::TensorParallelism tp{info.tensor_comm, info.tp_rank, info.tp_size,
+                           info.sequence_parallel && info.tp_size > 1};
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) {
+    throw Error("GPT: tensor-parallel rank " + std::to_string(tp.rank) + " of " +
+                std::to_string(tp.size));
+  }
+  if (tp.split() && !tp.comm && !info.device.is_meta()) {
+    throw Error("GPT: tensor_model_parallel_size " + std::to_string(tp.size) +
+                " needs the tensor-parallel communicator (ModelBuildInfo::tensor_comm)");
+  }
+  if (tp.comm && (tp.comm->size() != tp.size || tp.comm->rank() != tp.rank)) {
+    throw Error("GPT: the tensor-parallel communicator is rank " + std::to_string(tp.comm->rank()) +
+                " of " + std::to_string(tp.comm->size()) + ", ModelBuildInfo says " +
+                std::to_string(tp.rank) + " of " + std::to_string(tp.size));
+  }
+  if (tp.sp() && info.seq_length % tp.size != 0) {
+    throw ConfigError("sequence_parallel: seq_length (" + std::to_string(info.seq_length) +
+                      ") must be divisible by tensor_model_parallel_size (" +
+                      std::to_string(tp.size) + "): each rank holds an equal sequence shard");
+  }
+  return tp;
 }
 
 void GptModel::group_parameters() {
@@ -97,13 +123,17 @@ Tensor to_sequence_major(Backend& be, const Tensor& batch_major) {
 
 GptModel::Forward GptModel::forward(const nn::LayerContext& ctx, const Tensor& ids, bool keep) {
   Backend& be = ctx.backend;
-  const std::int64_t s = ids.size(0), b = ids.size(1), rows = s * b;
+  const std::int64_t b = ids.size(1), s = local_seq(ids.size(0)), rows = s * b;
   const std::int64_t h = config_.transformer.hidden_size;
   const DType dt = info_.param_dtype;
   const nn::RotaryTables* rotary = rotary_ ? &*rotary_ : nullptr;
-  if (rotary && rotary->cos.size(0) != s) {
+  if (rotary && rotary->cos.size(0) != ids.size(0)) {
     throw Error("GPT: rotary tables built for sequence length " +
-                std::to_string(rotary->cos.size(0)) + ", batch has " + std::to_string(s));
+                std::to_string(rotary->cos.size(0)) + ", batch has " + std::to_string(ids.size(0)));
+  }
+  if (ids.size(0) != s * (tp_.sp() ? tp_.size : 1)) {
+    throw Error("GPT: sequence length " + std::to_string(ids.size(0)) + " does not split into " +
+                std::to_string(tp_.size) + " sequence-parallel shards");
   }
   Forward f;
   f.saved.resize(layers_.size());
@@ -130,20 +160,23 @@ StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
   Backend& be = backend_for(info_.device);
   const nn::LayerContext ctx{be, options.training, options.dropout_seed, options.dropout_offset,
                              info_.compute_dtype};
-  const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
+  // Every tensor-parallel rank sees the whole micro-batch; under sequence parallelism the
+  // activations between the tensor-parallel regions are (S / tp, B, h) sequence shards.
+  const std::int64_t b = batch.tokens.size(0), s_full = batch.tokens.size(1);
+  const std::int64_t s = local_seq(s_full), rows = s * b, rows_full = s_full * b;
   const std::int64_t h = config_.transformer.hidden_size;
   const DType dt = info_.param_dtype;
 
   const Tensor ids = to_sequence_major(be, batch.tokens);
-  const Tensor labels = to_sequence_major(be, batch.labels).view({rows});
-  const Tensor mask = batch.loss_mask.transpose(0, 1).contiguous().view({rows});
+  const Tensor labels = to_sequence_major(be, batch.labels).view({rows_full});
+  const Tensor mask = batch.loss_mask.transpose(0, 1).contiguous().view({rows_full});
   Forward f = forward(ctx, ids, options.backward);
 
   Tensor dnormed;
   if (options.backward) dnormed = be.empty({rows, h}, dt);
   const nn::LmLossResult loss =
       nn::lm_loss(be, f.normed, output_weight(), labels, mask, options.loss_scale,
-                  options.backward ? &dnormed : nullptr);
+                  options.backward ? &dnormed : nullptr, DType::f32, tp_);
   StepResult result{loss.loss_sum, loss.token_count};
   if (!options.backward) return result;
 
@@ -182,6 +215,12 @@ StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
 
 Tensor GptModel::logits(const Batch& batch) {
   Backend& be = backend_for(info_.device);
+  if (tp_.split()) {
+    throw Error(
+        "GPT: logits() gathers the full vocabulary and is for single-rank reference "
+        "checks; it is not available at tensor_model_parallel_size " +
+        std::to_string(tp_.size));
+  }
   const nn::LayerContext ctx{be, false, 0, 0, info_.compute_dtype};
   const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
   const DType dt = info_.param_dtype;
@@ -222,6 +261,10 @@ std::string GptModel::describe() const {
       << tc.kv_channels << "), ffn " << tc.ffn_hidden_size << (tc.swiglu ? " swiglu" : " gelu")
       << ", vocab " << info_.vocab_size << " padded to " << padded_vocab_ << ", seq "
       << info_.seq_length << ", " << params_.numel() << " parameters";
+  if (tp_.split()) {
+    out << " on tensor-parallel rank " << tp_.rank << " of " << tp_.size
+        << (tp_.sp() ? " (sequence parallel)" : "");
+  }
   return out.str();
 }
 

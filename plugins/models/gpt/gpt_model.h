@@ -1,5 +1,6 @@
 // Megatron's GPT as a megatron::Model: embedding, pre-norm transformer layers, final norm, tied or
-// separate output layer, masked cross-entropy; optional full activation recomputation.
+// separate output layer, masked cross-entropy; optional full activation recomputation; tensor and
+// sequence parallelism through the core layers (ModelBuildInfo's tensor-parallel group).
 #pragma once
 
 #include <memory>
@@ -49,9 +50,13 @@ class GptModel : public Model {
   };
   Forward forward(const nn::LayerContext& ctx, const Tensor& ids, bool keep);
   Parameter& output_weight();
+  static nn::TensorParallelism tensor_parallelism(const ModelBuildInfo& info);
+  // Sequence length of the activations between tensor-parallel regions.
+  std::int64_t local_seq(std::int64_t s) const { return tp_.sp() ? s / tp_.size : s; }
 
   GptConfig config_;
   ModelBuildInfo info_;
+  nn::TensorParallelism tp_;
   std::int64_t padded_vocab_ = 0;
   ParameterSet params_;
   nn::Embedding embedding_;

@@ -1,5 +1,7 @@
 // Megatron's self-attention: fused QKV projection laid out per query group, optional rotary
-// embedding, fused causal attention (grouped-query) and the output projection.
+// embedding, fused causal attention (grouped-query) and the output projection. Under tensor
+// parallelism each rank holds whole query groups (a column-parallel QKV and a row-parallel
+// projection), so attention itself needs no communication.
 #pragma once
 
 #include <string>
@@ -12,6 +14,7 @@ namespace megatron::nn {
 
 class SelfAttention {
  public:
+  // S is the full sequence and heads/groups this rank's, also under sequence parallelism.
   struct Saved {
     Tensor q, k, v;  // (S, B, heads, hn) after rotary, contiguous
     Tensor out;      // (S, B, heads, hn)
@@ -20,7 +23,9 @@ class SelfAttention {
 
   void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config);
 
-  // x (S, B, h) -> y (S, B, h): the projection output with its bias, before dropout.
+  // Throws ConfigError unless the factory's tensor-parallel size divides the heads and groups.
+  // x (S, B, h) -> y (S, B, h): the projection output with its bias, before dropout. Under
+  // sequence parallelism both are (S / tp, B, h) sequence shards.
   // `dropout_site` seeds the attention-probability dropout.
   void forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary,
                std::uint64_t dropout_site, Tensor& y, Saved& saved) const;
@@ -32,8 +37,12 @@ class SelfAttention {
   Linear qkv, proj;
 
  private:
-  AttentionParams params(const LayerContext& ctx, std::uint64_t dropout_site) const;
+  AttentionParams params(const LayerContext& ctx, std::uint64_t dropout_site, std::int64_t s,
+                         std::int64_t b) const;
   TransformerConfig config_;
+  TensorParallelism tp_;
+  std::int64_t heads_ = 0, groups_ = 0;  // this rank's
+  std::int64_t qkv_local_ = 0;           // this rank's linear_qkv output features
 };
 
 }  // namespace megatron::nn

@@ -6,22 +6,35 @@
 
 #include "megatron/backend/backend.h"
 #include "megatron/nn/parameter.h"
+#include "megatron/nn/tensor_parallel.h"
 
 namespace megatron::nn {
 
-// Where and in which dtype parameters are allocated.
+// How a parameter is split over the tensor-parallel group: along `dim` (-1: replicated), in
+// `blocks` equal blocks each split separately (see Note [Tensor-parallel shards]).
+struct Split {
+  int dim = -1;
+  int blocks = 1;
+};
+
+// Where and in which dtype parameters are allocated, and the tensor-parallel group they are
+// split over.
 struct ParamFactory {
   ParameterSet& params;
   Device device = Device::cpu();
   DType dtype = DType::f32;
+  TensorParallelism tp = {};
 
-  // Declares a parameter and allocates its value and a zeroed grad (meta: nothing allocated).
+  // Declares a parameter of global shape `shape` and allocates this rank's shard of it and a
+  // zeroed grad (meta: nothing allocated). partition_dim is recorded even when unsplit, so `plan`
+  // can derive per-rank sizes for any tensor-parallel size.
   Parameter& declare(const std::string& name, const Shape& shape, ParamInit init,
-                     float init_std = 0, bool weight_decay = true);
+                     float init_std = 0, bool weight_decay = true, Split split = {});
 };
 
 // Fills every parameter per its ParamInit. Normal parameter k uses the Philox stream
-// (seed, k << 40): the same numbers on every backend, thread count and run.
+// (seed, k << 40) over its GLOBAL tensor, and a shard takes its slice of it: the same weights on
+// every backend, thread count, run and tensor-parallel layout.
 void initialize_parameters(Backend& backend, ParameterSet& params, std::uint64_t seed);
 
 // Sets every gradient to zero.

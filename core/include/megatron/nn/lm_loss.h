@@ -1,5 +1,7 @@
 // The language-model head and loss: logits = hidden W^T over the (padded) vocabulary, softmax
-// cross-entropy against the labels, masked mean; backward without keeping the logits.
+// cross-entropy against the labels, masked mean; backward without keeping the logits. Under
+// tensor parallelism the vocabulary is split (Megatron's vocab-parallel cross-entropy): no rank
+// ever holds full-vocabulary logits.
 #pragma once
 
 #include "megatron/nn/init.h"
@@ -11,12 +13,19 @@ struct LmLossResult {
   double token_count = 0;  // sum of loss_mask
 };
 
-// hidden (rows, h); weight (V, h) (the output layer or the tied word embeddings); labels (rows)
-// i32; loss_mask (rows) f32 on the host; `compute` bf16/f16 casts the GEMM inputs. With `dhidden`
-// not null, backward of loss_scale * loss_sum / token_count: dhidden (rows, h) overwritten,
+// hidden (rows, h); weight (V, h) (the output layer or the tied word embeddings; under tensor
+// parallelism this rank's vocabulary slice, rows [rank V/tp, (rank+1) V/tp)); labels (rows) i32;
+// loss_mask (rows) f32 on the host; `compute` bf16/f16 casts the GEMM inputs. With `dhidden` not
+// null, backward of loss_scale * loss_sum / token_count: dhidden (shaped as hidden) overwritten,
 // weight->grad accumulated.
+//
+// With `tp` split, the per-row max, sum of exponentials and target logit are all-reduced over the
+// group and dhidden's partial sums too (the output layer is column-parallel); under sequence
+// parallelism hidden and dhidden are (rows / tp, h) sequence shards, all-gathered forward and
+// reduce-scattered backward. Labels and mask cover all rows on every rank; the result is the same
+// on every rank.
 LmLossResult lm_loss(Backend& backend, const Tensor& hidden, Parameter& weight,
                      const Tensor& labels, const Tensor& loss_mask, float loss_scale,
-                     Tensor* dhidden, DType compute = DType::f32);
+                     Tensor* dhidden, DType compute = DType::f32, const TensorParallelism& tp = {});
 
 }  // namespace megatron::nn

@@ -27,7 +27,8 @@ class TransformerLayer {
   // `index` numbers the layer's dropout sites.
   void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config,
                std::int64_t index);
-  // x, y (S, B, h); saved is filled only when `keep`.
+  // x, y (S, B, h), or (S / tp, B, h) sequence shards under sequence parallelism; saved is filled
+  // only when `keep`.
   void forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary, Tensor& y,
                Saved& saved, bool keep) const;
   // Needs a saved forward; dx (S, B, h) overwritten; releases `saved`.
@@ -40,7 +41,14 @@ class TransformerLayer {
 
  private:
   std::uint64_t site(int k) const { return 1 + 3 * static_cast<std::uint64_t>(index_) + k; }
+  // Philox offset of hidden-dropout site k for an activation shard of `numel` elements: a
+  // sequence shard continues the unsplit tensor's stream at its first element, so the masks
+  // equal the single-rank run's; replicated activations use the same masks on every rank.
+  std::uint64_t hidden_offset(const LayerContext& ctx, int k, std::int64_t numel) const {
+    return ctx.dropout_offset(site(k)) + tp_sequence_offset(tp_, numel);
+  }
   TransformerConfig config_;
+  TensorParallelism tp_;
   std::int64_t index_ = 0;
 };
 
