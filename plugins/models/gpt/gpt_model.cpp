@@ -176,7 +176,7 @@ StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
   if (options.backward) dnormed = be.empty({rows, h}, dt);
   const nn::LmLossResult loss =
       nn::lm_loss(be, f.normed, output_weight(), labels, mask, options.loss_scale,
-                  options.backward ? &dnormed : nullptr, DType::f32, tp_);
+                  options.backward ? &dnormed : nullptr, info_.compute_dtype, tp_);
   StepResult result{loss.loss_sum, loss.token_count};
   if (!options.backward) return result;
 
