@@ -106,6 +106,18 @@ void print_summary(const std::filesystem::path& file, const CheckpointState& sta
   std::cout << fmt::format("consumed samples:   train {}, valid {}\n", state.consumed_train_samples,
                            state.consumed_valid_samples);
   std::cout << fmt::format("skipped iterations: {}\n", state.skipped_iterations);
+  const auto& ints = state.int_attributes;
+  if (ints.count("layout.data_parallel_size")) {
+    // Metadata only: the tensors are stored at global shape and load at any layout.
+    auto get = [&](const char* key, std::int64_t fallback = 1) {
+      return ints.count(key) ? ints.at(key) : fallback;
+    };
+    std::cout << fmt::format(
+        "saved at layout:    tensor {} x pipeline {} x data {}{} (loads at any layout)\n",
+        get("layout.tensor_model_parallel_size"), get("layout.pipeline_model_parallel_size"),
+        get("layout.data_parallel_size"),
+        get("layout.use_distributed_optimizer", 0) ? ", distributed optimizer" : "");
+  }
   for (const auto& [key, value] : state.int_attributes)
     std::cout << fmt::format("attribute:          {} = {}\n", key, value);
   for (const auto& [key, value] : state.float_attributes)

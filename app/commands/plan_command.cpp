@@ -85,6 +85,8 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   layout.data = data_parallel;
   layout.micro_batch_size = batches.micro_batch_size();
   layout.num_micro_batches = batches.at(1LL << 62, false).num_micro_batches;
+  layout.overlap_grad_reduce = core.ddp.overlap_grad_reduce;
+  layout.bucket_size = core.ddp.ddp_bucket_size;
   layout.precision = core.training.bf16   ? train::Precision::bf16
                      : core.training.fp16 ? train::Precision::fp16
                                           : train::Precision::fp32;
@@ -111,11 +113,16 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   std::cout << fmt::format(
       "weights + gradients + optimizer state per rank (largest stage, {} parameters):\n"
       "  without the distributed optimizer: {} ({:g} bytes/parameter)\n"
-      "  with the distributed optimizer over {} data-parallel ranks: {} ({:g} bytes/parameter)\n",
+      "  with the distributed optimizer over {} data-parallel ranks: {} ({:.4g} bytes/parameter)\n",
       thousands(plan.max_rank_parameters), train::format_bytes(n * plan.bytes_per_parameter),
       plan.bytes_per_parameter, data_parallel,
       train::format_bytes(n * plan.bytes_per_parameter_distributed),
       plan.bytes_per_parameter_distributed);
+  std::cout << fmt::format(
+      "  (distributed optimizer: {} gradient bucket(s), {} buffer elements with padding, at most "
+      "{} optimizer elements per data-parallel rank)\n",
+      plan.gradient_buckets, thousands(plan.distributed_buffer_elements),
+      thousands(plan.max_optimizer_shard_elements));
   std::cout << fmt::format(
       "activations per rank (first stage, micro-batches in flight, 16-bit):\n"
       "  no recomputation: {}\n  selective recomputation: {}\n  full recomputation: {}\n",

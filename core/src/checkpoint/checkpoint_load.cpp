@@ -1,5 +1,7 @@
 // load_checkpoint: opens a checkpoint file (or a directory's latest), checks that it is a
 // megatron-app checkpoint this build can read, and reads its attributes and tensors.
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -157,11 +159,21 @@ void read_tensors(hid_t root, const std::string& where, const std::vector<std::s
 
 }  // namespace
 
-CheckpointState load_checkpoint(const fs::path& path,
-                                const std::vector<std::string>& skip_prefixes) {
-  const fs::path file = resolve_checkpoint(path);
+namespace {
+
+struct OpenedCheckpoint {
+  fs::path file;
+  Handle hdf5_file;
+  Handle root;
+  CheckpointState state;
+};
+
+// Opens and checks a checkpoint and reads its root attributes (caller holds the HDF5 lock).
+OpenedCheckpoint open_checked(const fs::path& path) {
+  OpenedCheckpoint o;
+  o.file = resolve_checkpoint(path);
+  const fs::path& file = o.file;
   const std::string where = file.string() + ": ";
-  detail::Hdf5Lock lock;
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t is_hdf5 = H5Fis_accessible(file.c_str(), H5P_DEFAULT);
 #else
@@ -171,20 +183,19 @@ CheckpointState load_checkpoint(const fs::path& path,
   if (is_hdf5 < 0) throw Error(where + "cannot read the file" + hdf5_reason());
 
   Handle fapl = detail::file_access_properties();
-  Handle hdf5_file(H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!hdf5_file.valid()) {
+  o.hdf5_file = Handle(H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!o.hdf5_file.valid()) {
     throw Error(where + "cannot open the checkpoint: the file is truncated or corrupt" +
                 hdf5_reason());
   }
-  Handle root(H5Gopen2(hdf5_file.get(), "/", H5P_DEFAULT), H5Gclose);
-  if (!root.valid()) {
+  o.root = Handle(H5Gopen2(o.hdf5_file.get(), "/", H5P_DEFAULT), H5Gclose);
+  if (!o.root.valid()) {
     throw Error(where + "the file is corrupt: cannot open its root group" + hdf5_reason());
   }
-
-  CheckpointState state;
+  CheckpointState& state = o.state;
   try {
     const std::optional<std::int64_t> version =
-        detail::read_int_attribute(root.get(), "format_version");
+        detail::read_int_attribute(o.root.get(), "format_version");
     if (!version) {
       throw Error(where +
                   "an HDF5 file but not a megatron-app checkpoint: it has no format_version "
@@ -199,14 +210,141 @@ CheckpointState load_checkpoint(const fs::path& path,
       throw Error(where + "invalid checkpoint format_version " + std::to_string(*version));
     }
     state.format_version = int(*version);
-    read_root_attributes(root.get(), where, state);
-    read_tensors(root.get(), where, skip_prefixes, state);
+    read_root_attributes(o.root.get(), where, state);
   } catch (const Error&) {
     throw;
   } catch (const std::runtime_error& e) {
     throw Error(where + "the checkpoint is corrupt: " + e.what());
   }
-  return state;
+  return o;
+}
+
+}  // namespace
+
+CheckpointState load_checkpoint(const fs::path& path,
+                                const std::vector<std::string>& skip_prefixes) {
+  detail::Hdf5Lock lock;
+  OpenedCheckpoint o = open_checked(path);
+  const std::string where = o.file.string() + ": ";
+  try {
+    read_tensors(o.root.get(), where, skip_prefixes, o.state);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw Error(where + "the checkpoint is corrupt: " + e.what());
+  }
+  return std::move(o.state);
+}
+
+struct CheckpointReader::Impl {
+  Handle hdf5_file;
+  Handle root;
+};
+
+CheckpointReader::CheckpointReader(const fs::path& path) : impl_(std::make_unique<Impl>()) {
+  detail::Hdf5Lock lock;
+  OpenedCheckpoint o = open_checked(path);
+  file_ = o.file;
+  attributes_ = std::move(o.state);
+  impl_->hdf5_file = std::move(o.hdf5_file);
+  impl_->root = std::move(o.root);
+  std::vector<std::string> links;
+  if (H5Lvisit(impl_->root.get(), H5_INDEX_NAME, H5_ITER_INC, collect_link, &links) < 0) {
+    throw Error(file_.string() + ": the file is corrupt: cannot list its datasets" + hdf5_reason());
+  }
+  for (const auto& name : links) {
+    Handle object(H5Oopen(impl_->root.get(), name.c_str(), H5P_DEFAULT), H5Oclose);
+    if (object.valid() && H5Iget_type(object.get()) == H5I_DATASET) names_.push_back(name);
+  }
+  std::sort(names_.begin(), names_.end());
+}
+
+CheckpointReader::~CheckpointReader() {
+  detail::Hdf5Lock lock;
+  impl_->root.reset();
+  impl_->hdf5_file.reset();
+}
+
+bool CheckpointReader::has(const std::string& name) const {
+  return std::binary_search(names_.begin(), names_.end(), name);
+}
+
+Shape CheckpointReader::shape(const std::string& name) const {
+  if (!has(name)) throw Error("checkpoint " + file_.string() + " has no tensor '" + name + "'");
+  detail::Hdf5Lock lock;
+  Handle dataset(H5Dopen2(impl_->root.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle space(dataset.valid() ? H5Dget_space(dataset.get()) : H5I_INVALID_HID, H5Sclose);
+  if (!space.valid()) {
+    throw Error("checkpoint " + file_.string() + ": cannot open tensor '" + name + "'" +
+                hdf5_reason());
+  }
+  std::vector<hsize_t> dims(
+      static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return Shape(dims.begin(), dims.end());
+}
+
+void CheckpointReader::read_slice(const std::string& name, int partition_dim,
+                                  const std::vector<ShardRun>& runs, Tensor& out) const {
+  const std::string where = "checkpoint " + file_.string() + ", tensor '" + name + "': ";
+  const Shape global = shape(name);
+  Shape local = global;
+  if (partition_dim >= 0) {
+    if (partition_dim >= static_cast<int>(global.size())) {
+      throw Error(where + "cannot cut dimension " + std::to_string(partition_dim) + " of " +
+                  shape_str(global));
+    }
+    std::int64_t rows = 0;
+    for (const ShardRun& run : runs) {
+      if (run.global_offset < 0 || run.length < 0 ||
+          run.global_offset + run.length > global[static_cast<std::size_t>(partition_dim)]) {
+        throw Error(where + "rows [" + std::to_string(run.global_offset) + ", " +
+                    std::to_string(run.global_offset + run.length) + ") are outside " +
+                    shape_str(global));
+      }
+      rows += run.length;
+    }
+    local[static_cast<std::size_t>(partition_dim)] = rows;
+  }
+  if (out.shape() != local || !out.is_contiguous() || !out.device().is_cpu()) {
+    throw Error(where + "the destination is " + out.describe() + ", expected a contiguous host " +
+                shape_str(local));
+  }
+  if (out.numel() == 0) return;
+  const bool half = out.dtype() == DType::bf16 || out.dtype() == DType::f16;
+  Tensor target = half ? Tensor::empty(local, DType::f32) : out;
+  detail::Hdf5Lock lock;
+  Handle dataset(H5Dopen2(impl_->root.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle file_space(dataset.valid() ? H5Dget_space(dataset.get()) : H5I_INVALID_HID, H5Sclose);
+  if (!file_space.valid()) throw Error(where + "cannot open it" + hdf5_reason());
+  Handle memory_space;
+  if (partition_dim >= 0) {
+    std::vector<hsize_t> start(global.size(), 0), count(global.begin(), global.end());
+    bool first = true;
+    for (const ShardRun& run : runs) {
+      if (run.length == 0) continue;
+      start[static_cast<std::size_t>(partition_dim)] = static_cast<hsize_t>(run.global_offset);
+      count[static_cast<std::size_t>(partition_dim)] = static_cast<hsize_t>(run.length);
+      if (H5Sselect_hyperslab(file_space.get(), first ? H5S_SELECT_SET : H5S_SELECT_OR,
+                              start.data(), nullptr, count.data(), nullptr) < 0) {
+        throw Error(where + "cannot select a slice" + hdf5_reason());
+      }
+      first = false;
+    }
+    std::vector<hsize_t> dims(local.begin(), local.end());
+    memory_space = Handle(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+  }
+  const hid_t mem = memory_space.valid() ? memory_space.get() : H5S_ALL;
+  const hid_t fil = memory_space.valid() ? file_space.get() : H5S_ALL;
+  if (H5Dread(dataset.get(), memory_type(target.dtype()), mem, fil, H5P_DEFAULT,
+              target.raw_data()) < 0) {
+    throw Error(where + "cannot read it" + hdf5_reason());
+  }
+  if (half) {
+    Tensor narrowed = out.dtype() == DType::bf16 ? narrow<bf16>(target, DType::bf16)
+                                                 : narrow<f16>(target, DType::f16);
+    std::memcpy(out.raw_data(), narrowed.raw_data(), out.nbytes());
+  }
 }
 
 }  // namespace megatron::checkpoint

@@ -6,6 +6,7 @@
 
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/hdf5_util.h"
+#include "checkpoint/tensor_io.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 
@@ -17,94 +18,15 @@ using detail::hdf5_reason;
 
 namespace {
 
-// Why a tensor path or tensor cannot be stored; empty when it can.
-std::string tensor_problem(const std::string& name, const Tensor& tensor,
-                           const std::map<std::string, Tensor>& all) {
-  if (name.empty()) return "a tensor has an empty name";
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t slash = name.find('/', start);
-    const std::string part = name.substr(start, slash - start);
-    if (part.empty() || part == "." || part == "..") {
-      return "tensor '" + name + "': empty, '.' or '..' path component";
-    }
-    if (slash == std::string::npos) break;
-    if (all.count(name.substr(0, slash))) {
-      return "tensor '" + name.substr(0, slash) + "' is also a group holding '" + name + "'";
-    }
-    start = slash + 1;
-  }
-  if (!tensor.defined()) return "tensor '" + name + "' is undefined (never allocated)";
-  if (!tensor.device().is_cpu()) {
-    return "tensor '" + name + "' is " + tensor.describe() +
-           "; checkpoints take host tensors (copy it to the cpu first)";
-  }
-  return "";
-}
-
-// A contiguous copy made byte by byte, so every value (int64 beyond 2^53, NaN payloads) is kept.
-Tensor exact_contiguous(const Tensor& tensor) {
-  if (tensor.is_contiguous()) return tensor;
-  Tensor out = Tensor::empty(tensor.shape(), tensor.dtype());
-  const std::size_t size = tensor.element_size();
-  const char* src = static_cast<const char*>(tensor.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  const int rank = tensor.dim();
-  std::vector<std::int64_t> counter(static_cast<std::size_t>(rank), 0);
-  std::int64_t index = 0;
-  for (std::int64_t i = 0; i < tensor.numel(); ++i) {
-    std::memcpy(dst + i * std::int64_t(size), src + index * std::int64_t(size), size);
-    for (int d = rank - 1; d >= 0; --d) {
-      if (++counter[d] < tensor.shape()[d]) {
-        index += tensor.strides()[d];
-        break;
-      }
-      index -= tensor.strides()[d] * (tensor.shape()[d] - 1);
-      counter[d] = 0;
-    }
-  }
-  return out;
-}
-
-// bf16/f16 widened to f32 exactly (no detour through double).
-template <typename Half>
-Tensor widen(const Tensor& tensor) {
-  Tensor out = Tensor::empty(tensor.shape(), DType::f32);
-  const Half* src = static_cast<const Half*>(tensor.raw_data());
-  float* dst = out.data<float>();
-  for (std::int64_t i = 0; i < tensor.numel(); ++i)
-    dst[i] = static_cast<float>(src[i]);
-  return out;
-}
-
-struct StoredTypes {
-  hid_t file;
-  hid_t memory;
-};
-
-StoredTypes stored_types(DType dtype) {
-  switch (dtype) {
-    case DType::f64:
-      return {H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE};
-    case DType::i32:
-      return {H5T_STD_I32LE, H5T_NATIVE_INT32};
-    case DType::i64:
-      return {H5T_STD_I64LE, H5T_NATIVE_INT64};
-    case DType::u8:
-      return {H5T_STD_U8LE, H5T_NATIVE_UINT8};
-    case DType::f32:
-    case DType::bf16:
-    case DType::f16:
-      break;
-  }
-  return {H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
-}
+using detail::PartialFile;
+using detail::stored_form;
+using detail::stored_types;
+using detail::StoredTypes;
+using detail::tensor_problem;
 
 void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
                   const Tensor& tensor) {
-  Tensor data = exact_contiguous(tensor);
-  if (tensor.dtype() == DType::bf16) data = widen<bf16>(data);
-  if (tensor.dtype() == DType::f16) data = widen<f16>(data);
+  const Tensor data = stored_form(tensor);
   const StoredTypes types = stored_types(tensor.dtype());
 
   std::vector<hsize_t> dims(tensor.shape().begin(), tensor.shape().end());
@@ -154,25 +76,100 @@ void write_contents(hid_t file, const CheckpointState& state) {
   if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) throw Error("cannot flush" + hdf5_reason());
 }
 
-// Removes the temporary file unless the save got it renamed into place.
-class PartialFile {
- public:
-  explicit PartialFile(fs::path path) : path_(std::move(path)) {}
-  ~PartialFile() {
-    std::error_code ignored;
-    if (!done_ && fs::is_regular_file(path_, ignored)) fs::remove(path_, ignored);
-  }
-  PartialFile(const PartialFile&) = delete;
-  PartialFile& operator=(const PartialFile&) = delete;
-  const fs::path& path() const { return path_; }
-  void done() { done_ = true; }
+}  // namespace
 
- private:
-  fs::path path_;
-  bool done_ = false;
-};
+namespace detail {
+
+// Why a tensor path or tensor cannot be stored; empty when it can.
+std::string tensor_problem(const std::string& name, const Tensor& tensor,
+                           const std::map<std::string, Tensor>& all) {
+  if (name.empty()) return "a tensor has an empty name";
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t slash = name.find('/', start);
+    const std::string part = name.substr(start, slash - start);
+    if (part.empty() || part == "." || part == "..") {
+      return "tensor '" + name + "': empty, '.' or '..' path component";
+    }
+    if (slash == std::string::npos) break;
+    if (all.count(name.substr(0, slash))) {
+      return "tensor '" + name.substr(0, slash) + "' is also a group holding '" + name + "'";
+    }
+    start = slash + 1;
+  }
+  if (!tensor.defined()) return "tensor '" + name + "' is undefined (never allocated)";
+  if (!tensor.device().is_cpu()) {
+    return "tensor '" + name + "' is " + tensor.describe() +
+           "; checkpoints take host tensors (copy it to the cpu first)";
+  }
+  return "";
+}
+
+namespace {
+
+// A contiguous copy made byte by byte, so every value (int64 beyond 2^53, NaN payloads) is kept.
+Tensor exact_contiguous(const Tensor& tensor) {
+  if (tensor.is_contiguous()) return tensor;
+  Tensor out = Tensor::empty(tensor.shape(), tensor.dtype());
+  const std::size_t size = tensor.element_size();
+  const char* src = static_cast<const char*>(tensor.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  const int rank = tensor.dim();
+  std::vector<std::int64_t> counter(static_cast<std::size_t>(rank), 0);
+  std::int64_t index = 0;
+  for (std::int64_t i = 0; i < tensor.numel(); ++i) {
+    std::memcpy(dst + i * std::int64_t(size), src + index * std::int64_t(size), size);
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++counter[d] < tensor.shape()[d]) {
+        index += tensor.strides()[d];
+        break;
+      }
+      index -= tensor.strides()[d] * (tensor.shape()[d] - 1);
+      counter[d] = 0;
+    }
+  }
+  return out;
+}
+
+// bf16/f16 widened to f32 exactly (no detour through double).
+template <typename Half>
+Tensor widen_impl(const Tensor& tensor) {
+  Tensor out = Tensor::empty(tensor.shape(), DType::f32);
+  const Half* src = static_cast<const Half*>(tensor.raw_data());
+  float* dst = out.data<float>();
+  for (std::int64_t i = 0; i < tensor.numel(); ++i)
+    dst[i] = static_cast<float>(src[i]);
+  return out;
+}
 
 }  // namespace
+
+StoredTypes stored_types(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return {H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE};
+    case DType::i32:
+      return {H5T_STD_I32LE, H5T_NATIVE_INT32};
+    case DType::i64:
+      return {H5T_STD_I64LE, H5T_NATIVE_INT64};
+    case DType::u8:
+      return {H5T_STD_U8LE, H5T_NATIVE_UINT8};
+    case DType::f32:
+    case DType::bf16:
+    case DType::f16:
+      break;
+  }
+  return {H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
+}
+
+Tensor stored_form(const Tensor& tensor) {
+  Tensor data = exact_contiguous(tensor);
+  if (tensor.dtype() == DType::bf16) data = widen_impl<bf16>(data);
+  if (tensor.dtype() == DType::f16) data = widen_impl<f16>(data);
+  return data;
+}
+
+}  // namespace detail
 
 fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state) {
   const fs::path final_path = checkpoint_file(dir, state.iteration);

@@ -107,6 +107,20 @@ Handle file_access_properties() {
   return fapl;
 }
 
+#ifdef H5_HAVE_PARALLEL
+Handle file_access_properties_mpio(MPI_Comm comm) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid() || H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL) < 0 ||
+      H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0 ||
+      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0) {
+    throw Error("cannot set up parallel HDF5 (MPI-IO) file access" + hdf5_reason());
+  }
+  // Metadata (attributes, dataset headers) is flushed collectively; every rank made it alike.
+  H5Pset_coll_metadata_write(fapl.get(), true);
+  return fapl;
+}
+#endif
+
 void write_int_attribute(hid_t object, const std::string& name, std::int64_t value) {
   write_scalar(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }

@@ -53,6 +53,11 @@ std::string hdf5_reason();
 // File access properties: sec2 driver, closing the file closes every object in it, HDF5 1.8+
 // object formats (dense attribute storage, checksummed metadata).
 Handle file_access_properties();
+#ifdef H5_HAVE_PARALLEL
+// The same over MPI-IO on `comm` (parallel HDF5): file creation, attributes and dataset creation
+// become collective over comm; raw-data transfers stay independent unless asked otherwise.
+Handle file_access_properties_mpio(MPI_Comm comm);
+#endif
 
 // Scalar attributes on an object (the root group of a checkpoint).
 void write_int_attribute(hid_t object, const std::string& name, std::int64_t value);

@@ -203,6 +203,34 @@ TableSchema training_schema() {
   return s;
 }
 
+TableSchema ddp_schema() {
+  TableSchema s("ddp", "data-parallel gradient reduction and the distributed optimizer");
+  s.boolean("overlap_grad_reduce", false,
+            "reduce each gradient bucket as soon as backward completes it (last micro-batch)")
+      .boolean("use_distributed_optimizer", false,
+               "shard fp32 master weights and optimizer state over data-parallel ranks (ZeRO-1)")
+      .boolean("overlap_param_gather", false,
+               "start the distributed optimizer's parameter all-gather after the step and wait "
+               "for it only before the next forward")
+      .optional_integer("ddp_bucket_size",
+                        "elements per gradient bucket with overlap_grad_reduce "
+                        "(default: max(40M, 1M x data-parallel size))",
+                        Range::at_least(1));
+  s.rule([](const ConfigTable& t) {
+    if (t.boolean("overlap_param_gather") && !t.boolean("use_distributed_optimizer")) {
+      t.fail("overlap_param_gather",
+             "overlap_param_gather overlaps the distributed optimizer's parameter all-gather and "
+             "needs use_distributed_optimizer = true");
+    }
+    if (t.has("ddp_bucket_size") && !t.boolean("overlap_grad_reduce")) {
+      t.fail("ddp_bucket_size",
+             "ddp_bucket_size applies only with overlap_grad_reduce = true; without overlap "
+             "the gradients are reduced as one bucket (Megatron's rule)");
+    }
+  });
+  return s;
+}
+
 TableSchema checkpoint_schema() {
   TableSchema s("checkpoint", "saving and resuming");
   s.optional_path("save", "directory to save checkpoints into")
@@ -280,9 +308,9 @@ std::string path_or_empty(const ConfigTable& t, const char* key) {
 }  // namespace
 
 const std::vector<TableSchema>& core_schemas() {
-  static const std::vector<TableSchema> schemas = {parallel_schema(),   training_schema(),
-                                                   checkpoint_schema(), logging_schema(),
-                                                   runtime_schema(),    plugins_schema()};
+  static const std::vector<TableSchema> schemas = {
+      parallel_schema(), training_schema(), ddp_schema(),    checkpoint_schema(),
+      logging_schema(),  runtime_schema(),  plugins_schema()};
   return schemas;
 }
 
@@ -341,6 +369,12 @@ CoreConfig make_core_config(const std::vector<ConfigTable>& tables) {
   c.training.min_loss_scale = t.real("min_loss_scale");
   c.training.loss_scale_window = t.integer("loss_scale_window");
   c.training.hysteresis = t.integer("hysteresis");
+
+  const auto& d = find_table(tables, "ddp");
+  c.ddp.overlap_grad_reduce = d.boolean("overlap_grad_reduce");
+  c.ddp.use_distributed_optimizer = d.boolean("use_distributed_optimizer");
+  c.ddp.overlap_param_gather = d.boolean("overlap_param_gather");
+  c.ddp.ddp_bucket_size = optional_int<std::int64_t>(d, "ddp_bucket_size");
 
   const auto& k = find_table(tables, "checkpoint");
   c.checkpoint.save = path_or_empty(k, "save");

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "megatron/error.h"
+#include "megatron/train/grad_buffer.h"
 
 namespace megatron::train {
 
@@ -40,29 +41,55 @@ MemoryPlan plan_memory(const ParameterSet& params, const ModelDimensions& d,
   const std::int64_t per_stage = d.num_layers / pp;
   for (std::int64_t s = 0; s < pp; ++s)
     plan.stages.push_back({s, per_stage, 0});
+  std::vector<std::vector<std::int64_t>> stage_numels(static_cast<std::size_t>(pp));
   for (const auto& p : params) {
     plan.total_parameters += shape_numel(p->global_shape);
     const std::int64_t n = local_numel(*p, tp);
-    plan.stages[static_cast<std::size_t>(stage_of(p->name, per_stage, pp))].parameters += n;
-    if (tied_embeddings && pp > 1 && p->name == "embedding.word_embeddings.weight")
+    const auto stage = static_cast<std::size_t>(stage_of(p->name, per_stage, pp));
+    plan.stages[stage].parameters += n;
+    stage_numels[stage].push_back(n);
+    if (tied_embeddings && pp > 1 && p->name == "embedding.word_embeddings.weight") {
       plan.stages.back().parameters += n;
+      stage_numels.back().push_back(n);
+    }
   }
-  for (const auto& s : plan.stages)
-    plan.max_rank_parameters = std::max(plan.max_rank_parameters, s.parameters);
+  std::size_t largest = 0;
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    if (plan.stages[s].parameters > plan.stages[largest].parameters) largest = s;
+  }
+  plan.max_rank_parameters = plan.stages[largest].parameters;
 
   // Megatron's table (docs, distributed optimizer): param + grad + fp32 master + Adam moments.
-  const double dp = static_cast<double>(layout.data);
+  // Bytes every rank keeps per parameter, and bytes only the owning rank keeps.
+  double kept = 0, sharded = 0;
   switch (layout.precision) {
     case Precision::fp32:
-      plan.bytes_per_parameter = 16, plan.bytes_per_parameter_distributed = 8 + 8 / dp;
+      kept = 8, sharded = 8;
       break;
     case Precision::bf16:
-      plan.bytes_per_parameter = 18, plan.bytes_per_parameter_distributed = 6 + 12 / dp;
+      kept = 6, sharded = 12;
       break;
     case Precision::fp16:
-      plan.bytes_per_parameter = 20, plan.bytes_per_parameter_distributed = 4 + 16 / dp;
+      kept = 4, sharded = 16;
       break;
   }
+  plan.bytes_per_parameter = kept + sharded;
+  // The distributed optimizer's shards as training cuts them (buckets padded to lcm(dp, 128)).
+  BufferOptions options;
+  options.data_parallel_size = static_cast<int>(layout.data);
+  options.distributed_optimizer = true;
+  if (layout.overlap_grad_reduce)
+    options.bucket_size =
+        layout.bucket_size.value_or(default_bucket_size(options.data_parallel_size));
+  const BufferLayout buffer = layout_buffer(stage_numels[largest], options);
+  plan.distributed_buffer_elements = buffer.numel;
+  plan.gradient_buckets = static_cast<std::int64_t>(buffer.buckets.size());
+  for (int r = 0; r < options.data_parallel_size; ++r)
+    plan.max_optimizer_shard_elements =
+        std::max(plan.max_optimizer_shard_elements, buffer.owned_elements(r));
+  const double n = static_cast<double>(std::max<std::int64_t>(plan.max_rank_parameters, 1));
+  plan.bytes_per_parameter_distributed =
+      kept + sharded * static_cast<double>(plan.max_optimizer_shard_elements) / n;
 
   // Korthikanti et al. (2022) Table 2, per layer, 16-bit activations, tensor + sequence parallel:
   // sbh(34 + 5as/h)/t without recomputation, 34sbh/t (for ffn = 4h; 18 + 4 ffn/h in general,

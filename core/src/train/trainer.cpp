@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "grad_norm.h"
 #include "megatron/error.h"
 #include "megatron/nn/init.h"
 #include "megatron/train/sample_counts.h"
@@ -91,13 +92,28 @@ TrainSummary Trainer::run() {
   t.model.build(info);
   ParameterSet& params = t.model.parameters();
   log.info("{}", t.model.describe());
-  t.optimizer.attach(params);
-  if (!core.checkpoint.load.empty()) t.load_checkpoint();
 
   Backend& be = backend_for(t.device);
-  std::vector<const Tensor*> grads;
-  for (auto& p : params)
-    grads.push_back(&p->grad);
+  DdpSettings ddp_settings;
+  ddp_settings.overlap_grad_reduce = core.ddp.overlap_grad_reduce;
+  ddp_settings.use_distributed_optimizer = core.ddp.use_distributed_optimizer;
+  ddp_settings.overlap_param_gather = core.ddp.overlap_param_gather;
+  ddp_settings.bucket_size = core.ddp.ddp_bucket_size;
+  t.ddp = std::make_unique<GradBuffers>(params, parallel.comm(Group::data), be, ddp_settings);
+  GradBuffers& ddp = *t.ddp;
+  // The optimizer steps whole parameters, or this rank's shards with the distributed optimizer.
+  ParameterSet& opt_params = ddp.optimizer_params();
+  if (dp > 1 || ddp.distributed()) {
+    log.info(
+        "data parallel over {} ranks: {} gradient bucket(s) of {} elements in all, overlap {}; "
+        "distributed optimizer {} ({} elements stepped here)",
+        dp, ddp.layout().buckets.size(), ddp.layout().numel,
+        ddp_settings.overlap_grad_reduce ? "on" : "off", ddp.distributed() ? "on" : "off",
+        ddp.distributed() ? ddp.layout().owned_elements(static_cast<int>(dp_rank))
+                          : params.numel());
+  }
+  t.optimizer.attach(opt_params);
+  if (!core.checkpoint.load.empty()) t.load_checkpoint();
 
   std::ofstream metrics;
   if (last_rank && !core.logging.metrics_file.empty()) {
@@ -110,6 +126,7 @@ TrainSummary Trainer::run() {
   ProgressBar bar(last_rank);
   // One evaluation pass of eval_iters global batches over `split`, from `first`.
   auto evaluate = [&](data::Split split, std::int64_t& position) {
+    ddp.wait_param_gather();
     double sums[2] = {0, 0};
     const std::int64_t m = gbs / (mbs * dp);
     for (std::int64_t it = 0; it < tc.eval_iters; ++it) {
@@ -152,35 +169,34 @@ TrainSummary Trainer::run() {
     const BatchSizes sizes = t.batches->at(t.consumed_train);
     const std::int64_t m = sizes.num_micro_batches;
     const float scale = t.scaler ? t.scaler->scale() : 1.0f;
-    nn::zero_gradients(be, params);
+    ddp.wait_param_gather();  // the previous step's all-gather, if still in flight
+    ddp.zero_grads();
     double sums[2] = {0, 0};
     for (std::int64_t k = 0; k < m; ++k) {
       StepOptions o;
       o.loss_scale = scale / static_cast<float>(m);
       o.dropout_seed = t.seed;
       o.dropout_offset = static_cast<std::uint64_t>((t.iteration * m + k) * dp + dp_rank + 1);
+      // Gradients are final only after the last micro-batch: reduce its buckets as they fill.
+      if (ddp_settings.overlap_grad_reduce && k == m - 1) {
+        o.grads_ready = [&ddp](const std::vector<Parameter*>& done) { ddp.grads_ready(done); };
+      }
       const StepResult r =
           t.model.step(t.micro_batch(data::Split::kTrain, t.consumed_train, k, mbs), o);
       sums[0] += r.loss_sum;
       sums[1] += r.token_count;
     }
-    // Data-parallel mean of the gradients and sum of the loss figures.
-    if (dp > 1) {
-      Communicator& comm = parallel.comm(Group::data);
-      for (auto& p : params) {
-        comm.all_reduce(p->grad.data<float>(), static_cast<std::size_t>(p->grad.numel()),
-                        DType::f32, ReduceOp::sum);
-        be.scale(p->grad, 1.0 / static_cast<double>(dp));
-      }
-      comm.all_reduce(sums, ReduceOp::sum);
-    }
+    // Data-parallel mean of the gradients (bucket by bucket) and sum of the loss figures.
+    ddp.finish_grad_sync();
+    if (dp > 1) parallel.comm(Group::data).all_reduce(sums, ReduceOp::sum);
+    allreduce_sequence_parallel_grads(params, parallel);
     const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 
     if (scale != 1.0f) {
-      for (auto& p : params)
+      for (auto& p : opt_params)
         be.scale(p->grad, 1.0 / static_cast<double>(scale));
     }
-    double grad_norm = be.l2_norm(grads);
+    double grad_norm = global_grad_norm(be, opt_params, parallel, ddp.distributed());
     const bool found_inf = !std::isfinite(grad_norm);
     bool skipped = false;
     if (t.scaler) {
@@ -195,13 +211,14 @@ TrainSummary Trainer::run() {
       if (tc.clip_grad > 0) {
         const double coef = tc.clip_grad / (grad_norm + 1e-6);
         if (coef < 1.0) {
-          for (auto& p : params)
+          for (auto& p : opt_params)
             be.scale(p->grad, coef);
         }
       }
       ++t.optimizer_steps;
-      t.optimizer.step(params, {t.scheduler->current_lr(), t.scheduler->current_weight_decay(),
-                                t.optimizer_steps});
+      t.optimizer.step(opt_params, {t.scheduler->current_lr(), t.scheduler->current_weight_decay(),
+                                    t.optimizer_steps});
+      ddp.start_param_gather();  // distributed optimizer: every rank's updated shard to all
       t.scheduler->step(sizes.running_global_batch_size);
       last_grad_norm = grad_norm;
     } else {

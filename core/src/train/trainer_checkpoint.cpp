@@ -1,7 +1,11 @@
 // What the trainer saves and restores: parameters, optimizer state, progress, schedule, loss
-// scaler and dropout seed; Megatron's finetune / no_load_optim / no_load_rng semantics.
+// scaler and dropout seed; Megatron's finetune / no_load_optim / no_load_rng semantics. Every rank
+// writes its own slices of the global tensors and reads back the slices of whatever layout it
+// runs at (see Note [Sharded checkpoints] in checkpoint.h).
 #include <filesystem>
+#include <set>
 
+#include "grad_buffer.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 #include "trainer_impl.h"
@@ -21,24 +25,50 @@ Tensor to_host(const Tensor& t) {
   return h;
 }
 
-void copy_into(const std::string& file, const std::string& path, const Tensor& stored,
-               Tensor& live) {
-  if (stored.shape() != live.shape()) {
-    throw Error("checkpoint " + file + ": tensor '" + path + "' has shape " +
-                shape_str(stored.shape()) + ", the model expects " + shape_str(live.shape()) +
+bool tensor_parallel_shard(const Parameter& p) {
+  return p.partition_dim >= 0 && p.partition_count > 1;
+}
+
+// The parameter an optimizer state key "<state>/<param name>" belongs to.
+std::pair<std::string, std::string> split_state_key(const std::string& key) {
+  const std::size_t slash = key.rfind('/');
+  if (slash == std::string::npos) {
+    throw Error("optimizer state '" + key + "' is not named <state>/<parameter>");
+  }
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+// Reads this rank's slice of checkpoint tensor `path` for parameter `p` into `live`, refusing a
+// missing tensor or one of another global shape.
+void read_for(const checkpoint::CheckpointReader& reader, const std::string& path,
+              const Parameter& p, Tensor& live, const std::string& missing_hint) {
+  const std::string file = reader.file().string();
+  if (!reader.has(path)) {
+    const char* what = path.rfind(kOptimizer, 0) == 0 ? "optimizer state" : "tensor";
+    throw Error("checkpoint " + file + " has no " + what + " '" + path + "'" + missing_hint);
+  }
+  const Shape stored = reader.shape(path);
+  if (stored != p.global_shape) {
+    throw Error("checkpoint " + file + ": tensor '" + path + "' has shape " + shape_str(stored) +
+                ", the model expects " + shape_str(p.global_shape) +
                 " (is [model] the same as when it was saved?)");
   }
-  Backend& be = backend_for(live.device());
-  if (stored.dtype() == live.dtype()) {
-    be.copy(stored, live);
-  } else {
-    be.copy(stored.to(live.dtype()), live);
+  const bool sharded = tensor_parallel_shard(p);
+  Tensor host = Tensor::empty(shard_shape(p), live.dtype());
+  reader.read_slice(path, sharded ? p.partition_dim : -1,
+                    sharded ? shard_runs(p) : std::vector<ShardRun>{}, host);
+  if (host.shape() != live.shape()) {
+    throw Error("checkpoint " + file + ": tensor '" + path + "' gives this rank " +
+                shape_str(host.shape()) + ", the live tensor is " + shape_str(live.shape()));
   }
+  backend_for(live.device()).copy(host, live);
 }
 
 }  // namespace
 
 std::string Trainer::Impl::save_checkpoint() {
+  if (ddp) ddp->wait_param_gather();
+  const ParallelState& parallel = services.parallel;
   checkpoint::CheckpointState s;
   s.iteration = iteration;
   s.consumed_train_samples = consumed_train;
@@ -54,19 +84,83 @@ std::string Trainer::Impl::save_checkpoint() {
     s.int_attributes["loss_scaler.growth_tracker"] = ls.growth_tracker;
     s.int_attributes["loss_scaler.hysteresis_tracker"] = ls.hysteresis_tracker;
   }
-  for (auto& p : model.parameters())
-    s.tensors[kModel + p->name] = to_host(p->value);
-  for (auto& [name, tensor] : optimizer.state())
-    s.tensors[kOptimizer + name] = to_host(tensor);
+  // The layout is metadata only: nothing else in the file depends on it.
+  s.int_attributes["layout.tensor_model_parallel_size"] = parallel.tp_size();
+  s.int_attributes["layout.pipeline_model_parallel_size"] = parallel.pp_size();
+  s.int_attributes["layout.data_parallel_size"] = parallel.dp_size();
+  s.int_attributes["layout.use_distributed_optimizer"] = ddp && ddp->distributed();
 
-  // One writer while there is one copy of every tensor per data-parallel group (issue 5 brings
-  // sharded writes); the others wait so nobody reads a half-written marker.
-  std::string written;
-  if (services.parallel.world_rank() == 0) {
-    written = checkpoint::save_checkpoint(services.core.checkpoint.save, s).string();
+  // One data-parallel replica writes; within it, replicated tensors come from tp rank 0 only.
+  const bool dp_writer = parallel.dp_rank() == 0, tp_first = parallel.tp_rank() <= 0;
+  std::map<std::string, checkpoint::TensorSlice> slices;
+  auto add = [&](const std::string& path, const Parameter& p, const Tensor& local) {
+    checkpoint::TensorSlice t;
+    t.global_shape = p.global_shape;
+    t.dtype = local.dtype();
+    if (tensor_parallel_shard(p)) {
+      t.partition_dim = p.partition_dim;
+      t.runs = shard_runs(p);
+    }
+    t.write = dp_writer && (tensor_parallel_shard(p) || tp_first);
+    if (t.write) t.local = to_host(local);
+    slices.emplace(path, std::move(t));
+  };
+  ParameterSet& params = model.parameters();
+  for (auto& p : params)
+    add(kModel + p->name, *p, p->value);
+
+  std::map<std::string, Tensor> state = optimizer.state();
+  if (ddp && ddp->distributed()) {
+    // Each rank holds its owned ranges of the state; gather them over the data-parallel group
+    // into buffers laid out like the gradient buffer (zeros elsewhere, so a sum is a gather),
+    // then store them like parameters.
+    const BufferLayout& layout = ddp->layout();
+    std::map<std::string, std::size_t> shard_of;
+    for (std::size_t i = 0; i < ddp->owned().size(); ++i)
+      shard_of.emplace(ddp->owned()[i].param->name, i);
+    std::set<std::string> kinds;
+    for (const auto& [key, tensor] : state)
+      kinds.insert(split_state_key(key).first);
+    Communicator& data = parallel.comm(Group::data);
+    const auto count = static_cast<std::int64_t>(kinds.size());
+    if (data.all_reduce_value(count, ReduceOp::max) != count ||
+        data.all_reduce_value(count, ReduceOp::min) != count) {
+      throw Error(
+          "cannot save the distributed optimizer: data-parallel ranks hold different "
+          "kinds of optimizer state");
+    }
+    for (const std::string& kind : kinds) {
+      Tensor buffer = Tensor::zeros({std::max<std::int64_t>(layout.numel, 1)}, DType::f32);
+      for (const auto& [key, tensor] : state) {
+        const auto [k, name] = split_state_key(key);
+        if (k != kind) continue;
+        const OwnedRange& r = ddp->owned().at(shard_of.at(name));
+        Tensor dst = buffer.slice(0, layout.param_offset[r.index] + r.begin, r.end - r.begin);
+        backend_for(Device::cpu()).copy(to_host(tensor).to(DType::f32), dst);
+      }
+      data.all_reduce(buffer.data<float>(), static_cast<std::size_t>(buffer.numel()), DType::f32,
+                      ReduceOp::sum);
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        const Parameter& p = params[k];
+        add(kOptimizer + kind + "/" + p.name, p,
+            buffer.slice(0, layout.param_offset[k], layout.param_numel[k]).view(p.value.shape()));
+      }
+    }
+  } else {
+    for (auto& [key, tensor] : state) {
+      const Parameter* p = params.find(split_state_key(key).second);
+      if (!p) throw Error("optimizer state '" + key + "' names no parameter of the model");
+      add(kOptimizer + key, *p, tensor);
+    }
+  }
+
+  const std::string written =
+      checkpoint::save_checkpoint_sharded(services.core.checkpoint.save, s, slices,
+                                          parallel.comm(Group::world))
+          .string();
+  if (parallel.world_rank() == 0) {
     services.log.info("saved checkpoint at iteration {} to {}", iteration, written);
   }
-  services.parallel.comm(Group::world).barrier();
   return written;
 }
 
@@ -79,21 +173,15 @@ void Trainer::Impl::load_checkpoint() {
     return;
   }
   const bool finetune = cc.finetune;
-  std::vector<std::string> skip;
-  if (finetune || cc.no_load_optim) skip.push_back(kOptimizer);
-  const std::string file = checkpoint::resolve_checkpoint(dir).string();
-  checkpoint::CheckpointState s = checkpoint::load_checkpoint(file, skip);
+  const checkpoint::CheckpointReader reader(checkpoint::resolve_checkpoint(dir));
+  const std::string file = reader.file().string();
+  const checkpoint::CheckpointState& s = reader.attributes();
 
-  for (auto& p : model.parameters()) {
-    auto it = s.tensors.find(kModel + p->name);
-    if (it == s.tensors.end()) {
-      throw Error("checkpoint " + file + " has no tensor '" + kModel + p->name +
-                  "' (was it saved from a different model?)");
-    }
-    copy_into(file, it->first, it->second, p->value);
-  }
-  for (const auto& [path, tensor] : s.tensors) {
-    if (path.rfind(kModel, 0) == 0 && !model.parameters().find(path.substr(kModel.size()))) {
+  ParameterSet& params = model.parameters();
+  for (auto& p : params)
+    read_for(reader, kModel + p->name, *p, p->value, " (was it saved from a different model?)");
+  for (const std::string& path : reader.names()) {
+    if (path.rfind(kModel, 0) == 0 && !params.find(path.substr(kModel.size()))) {
       throw Error("checkpoint " + file + " has tensor '" + path +
                   "', which this model does not have (is [model] the same as when it was saved?)");
     }
@@ -106,13 +194,27 @@ void Trainer::Impl::load_checkpoint() {
   consumed_valid = s.consumed_valid_samples;
   skipped_iterations = s.skipped_iterations;
   if (!cc.no_load_optim) {
-    for (auto& [name, live] : optimizer.state()) {
-      auto it = s.tensors.find(kOptimizer + name);
-      if (it == s.tensors.end()) {
-        throw Error("checkpoint " + file + " has no optimizer state '" + kOptimizer + name +
-                    "' (saved with another optimizer? set no_load_optim = true to skip it)");
+    const std::string hint = " (saved with another optimizer? set no_load_optim = true to skip it)";
+    std::map<std::string, std::size_t> shard_of;
+    if (ddp && ddp->distributed()) {
+      for (std::size_t i = 0; i < ddp->owned().size(); ++i)
+        shard_of.emplace(ddp->owned()[i].param->name, i);
+    }
+    for (auto& [key, live] : optimizer.state()) {
+      const std::string name = split_state_key(key).second;
+      if (ddp && ddp->distributed()) {
+        // The stored state is the whole local shard; this rank keeps its owned range of it.
+        const OwnedRange& r = ddp->owned().at(shard_of.at(name));
+        Tensor whole = Tensor::empty(r.param->value.shape(), DType::f32);
+        read_for(reader, kOptimizer + key, *r.param, whole, hint);
+        const Tensor mine = whole.view({whole.numel()}).slice(0, r.begin, r.end - r.begin);
+        backend_for(live.device())
+            .copy(mine.contiguous().view(live.shape()).to(live.dtype()), live);
+      } else {
+        const Parameter* p = params.find(name);
+        if (!p) throw Error("optimizer state '" + key + "' names no parameter of the model");
+        read_for(reader, kOptimizer + key, *p, live, hint);
       }
-      copy_into(file, it->first, it->second, live);
     }
     optimizer_steps = s.int_attributes.at("optimizer.steps");
     scheduler->set_num_steps(s.int_attributes.at("scheduler.num_steps"));

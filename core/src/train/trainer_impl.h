@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "grad_buffer.h"
 #include "megatron/backend/backend.h"
 #include "megatron/train/batch_schedule.h"
 #include "megatron/train/loss_scaler.h"
@@ -25,6 +26,8 @@ struct Trainer::Impl {
   std::optional<OptimizerParamScheduler> scheduler;
   std::unique_ptr<LossScaler> scaler;
   std::int64_t train_iters = 0;
+  // Gradient (and, with the distributed optimizer, parameter) buffers and their reduction.
+  std::unique_ptr<GradBuffers> ddp;
 
   // Progress, all saved in checkpoints.
   std::int64_t iteration = 0;

@@ -18,18 +18,30 @@
 //   replaces latest_checkpointed_iteration.txt (the bare number, as Megatron writes it) the same
 //   way. Leftover *.h5.partial files from an interrupted save are removed by the next save.
 //
+// Note [Sharded checkpoints]
+//   save_checkpoint_sharded writes the same file layout from every rank of a parallel job at once
+//   (parallel HDF5 through MPI-IO; the sec2 driver for a single process): every rank creates every
+//   dataset collectively at its global shape, then writes only its own hyperslabs (its
+//   tensor-parallel shard's runs along partition_dim); replicas (other data-parallel ranks, other
+//   tensor-parallel ranks of a replicated tensor) select nothing. Nothing in the file depends on
+//   the layout except attributes the caller adds, so CheckpointReader::read_slice loads it at any
+//   other layout.
+//
 // Thread safety: every function may be called from any thread; HDF5 use is serialised by one
 // process-wide lock (the HDF5 build is not thread-safe), and HDF5's automatic error printing is
-// turned off. One process writes a checkpoint (parallel HDF5 comes later).
+// turned off.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "megatron/nn/parameter.h"
+#include "megatron/parallel/communicator.h"
 #include "megatron/tensor/tensor.h"
 
 namespace megatron::checkpoint {
@@ -80,5 +92,60 @@ std::optional<std::int64_t> latest_iteration(const std::filesystem::path& dir);
 // newer format version, or a truncated or corrupt file.
 CheckpointState load_checkpoint(const std::filesystem::path& path,
                                 const std::vector<std::string>& skip_prefixes = {});
+
+// This rank's part of one tensor of a sharded save (see Note [Sharded checkpoints]).
+struct TensorSlice {
+  Shape global_shape;        // the dataset's shape
+  DType dtype = DType::f32;  // as CheckpointState tensors: bf16/f16 stored as f32 + attribute
+  // Host data of this rank's part, of global_shape with partition_dim cut to the runs' total
+  // (any strides); only read when `write`.
+  Tensor local;
+  int partition_dim = -1;      // -1: `local` is the whole tensor
+  std::vector<ShardRun> runs;  // along partition_dim: where local's rows sit in the tensor
+  bool write = true;           // false: another rank writes these values; this one selects nothing
+};
+
+// Collective over `world` (every rank calls it, with the same attributes in `state`, whose
+// `tensors` must be empty): writes every rank's slices into one iter_XXXXXXX.h5 in `dir`, then
+// (world rank 0) renames it into place and updates the latest marker, as save_checkpoint does.
+// Every rank gets the same result: the file, or a megatron::Error naming what is wrong (a tensor
+// declared with different shapes or dtypes on two ranks, a problem on any rank) with any earlier
+// checkpoint untouched. A world of one process uses the sec2 driver, without MPI.
+std::filesystem::path save_checkpoint_sharded(const std::filesystem::path& dir,
+                                              const CheckpointState& state,
+                                              const std::map<std::string, TensorSlice>& slices,
+                                              Communicator& world);
+
+// Reads a checkpoint piece by piece: attributes at once, tensors (or slices of them) on demand.
+// Opening checks the file as load_checkpoint does, with the same errors.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::filesystem::path& path);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::filesystem::path& file() const { return file_; }
+  // Root attributes; `tensors` is empty.
+  const CheckpointState& attributes() const { return attributes_; }
+  // Every dataset path ("model/...", "optimizer/..."), sorted.
+  const std::vector<std::string>& names() const { return names_; }
+  bool has(const std::string& name) const;
+  // The stored shape; throws megatron::Error naming the file when there is no such tensor.
+  Shape shape(const std::string& name) const;
+  // Reads the runs along partition_dim (-1: the whole tensor) of tensor `name` into `out`, a
+  // contiguous host tensor of the slice's shape, converting to out's dtype. Throws megatron::Error
+  // naming the file and tensor when it is missing, the slice is out of range or `out` does not
+  // match.
+  void read_slice(const std::string& name, int partition_dim, const std::vector<ShardRun>& runs,
+                  Tensor& out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::filesystem::path file_;
+  CheckpointState attributes_;
+  std::vector<std::string> names_;
+};
 
 }  // namespace megatron::checkpoint

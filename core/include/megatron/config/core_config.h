@@ -1,5 +1,5 @@
-// The core's own config tables as typed structs: [parallel] [training] [checkpoint] [logging]
-// [runtime] [plugins]. Key names follow Megatron-LM's arguments in snake_case.
+// The core's own config tables as typed structs: [parallel] [training] [ddp] [checkpoint]
+// [logging] [runtime] [plugins]. Key names follow Megatron-LM's arguments in snake_case.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +63,14 @@ struct TrainingConfig {
   std::int64_t hysteresis = 2;
 };
 
+// [ddp]: Megatron's DistributedDataParallelConfig keys.
+struct DdpConfig {
+  bool overlap_grad_reduce = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_param_gather = false;            // needs use_distributed_optimizer
+  std::optional<std::int64_t> ddp_bucket_size;  // elements; only with overlap_grad_reduce
+};
+
 struct CheckpointConfig {
   std::string save;  // directory; empty: do not save
   std::string load;  // directory; empty: start from scratch
@@ -91,6 +99,7 @@ struct PluginsConfig {
 struct CoreConfig {
   ParallelConfig parallel;
   TrainingConfig training;
+  DdpConfig ddp;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   RuntimeConfig runtime;

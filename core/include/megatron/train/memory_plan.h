@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct PlanLayout {
   std::int64_t micro_batch_size = 1;
   std::int64_t num_micro_batches = 1;
   Precision precision = Precision::fp32;
+  // [ddp]: how the distributed optimizer would partition the gradient buffer (the training code's
+  // layout_buffer, so the shard sizes, padding included, are the ones training allocates).
+  bool overlap_grad_reduce = false;
+  std::optional<std::int64_t> bucket_size;  // nullopt: Megatron's default
 };
 
 struct StagePlan {
@@ -33,7 +38,12 @@ struct MemoryPlan {
   std::vector<StagePlan> stages;
   std::int64_t max_rank_parameters = 0;
   double bytes_per_parameter = 0;              // without the distributed optimizer
-  double bytes_per_parameter_distributed = 0;  // with it, over `data` ranks
+  double bytes_per_parameter_distributed = 0;  // with it, over `data` ranks (padding included)
+  // Largest stage with the distributed optimizer: gradient-buffer elements (padded) and the most
+  // elements any data-parallel rank's optimizer owns.
+  std::int64_t distributed_buffer_elements = 0;
+  std::int64_t max_optimizer_shard_elements = 0;
+  std::int64_t gradient_buckets = 0;
   // Activation bytes of the first stage per micro-batch schedule, 16-bit activations.
   double activations_no_recompute = 0;
   double activations_selective = 0;

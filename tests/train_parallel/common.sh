@@ -1,0 +1,28 @@
+# Sourced by the train_parallel scripts with MEGATRON_APP MPIEXEC WORK_DIR first: defines
+# `train NP NAME ARGS...`, which trains the tiny GPT (dropout off, micro batch 1, global batch 8,
+# 20 iterations, one thread per rank) on NP ranks (1: a plain process without MPI), its metrics in
+# WORK_DIR/NAME.jsonl, and `compare` (compare.py).
+set -euo pipefail
+app=$1 mpiexec=$2 work=$3
+shift 3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+tiny=(--config "$here/../training/tiny_gpt.toml" --log-level warn
+      --set model.hidden_dropout=0 --set model.attention_dropout=0
+      --set training.micro_batch_size=1 --set training.global_batch_size=8
+      --set training.train_iters=20 --set training.eval_iters=0 --set runtime.threads=1
+      --set "data.data_cache_path=$work/cache")
+train() {
+  local np=$1 name=$2
+  shift 2
+  rm -f "$work/$name.jsonl"
+  local cmd=("$app" "${tiny[@]}" --set "logging.metrics_file=$work/$name.jsonl" "$@")
+  if [ "$np" = 1 ]; then
+    "${cmd[@]}" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; return 1; }
+  else
+    OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive "$mpiexec" --oversubscribe --allow-run-as-root \
+      --bind-to none -np "$np" "${cmd[@]}" > "$work/$name.log" 2>&1 \
+      || { cat "$work/$name.log"; return 1; }
+  fi
+}
+compare() { /usr/bin/python3 "$here/compare.py" "$@"; }
