@@ -75,6 +75,10 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   info.vocab_size = vocab;
   info.seq_length = seq;
   info.device = Device::meta();
+  // Built as one tensor-parallel rank sees it, so the vocabulary is padded to a multiple of
+  // make_vocab_size_divisible_by x TP exactly as in training (Megatron: 50257 -> 51200 at TP 8).
+  info.tp_size = core.parallel.tensor_model_parallel_size;
+  info.sequence_parallel = core.parallel.sequence_parallel;
   model->build(info);
 
   const train::BatchSchedule batches =
