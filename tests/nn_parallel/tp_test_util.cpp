@@ -1,5 +1,4 @@
-// Shared helpers of the tensor-parallel tests, and their main(): gtest on every MPI rank, the
-// failure of any rank failing the run.
+// Shared helpers of the tensor-parallel tests (main() is tests/parallel/mpi_test_main.cpp).
 #include "tp_test_util.h"
 
 #include <gtest/gtest.h>
@@ -13,19 +12,28 @@
 #include <vector>
 
 #include "megatron/parallel/mpi_runtime.h"
+#include "parallel/mpi_test_main.h"
 
 namespace megatron::tp_test {
 
 namespace {
-MpiRuntime* g_runtime = nullptr;
 std::optional<ParallelState> g_state;
+
+// The group's communicators must go before MPI does: drop them when the tests end, while the
+// runtime main() created is still alive.
+class ReleaseState : public ::testing::Environment {
+ public:
+  void TearDown() override { g_state.reset(); }
+};
+[[maybe_unused]] ::testing::Environment* const g_release =
+    ::testing::AddGlobalTestEnvironment(new ReleaseState);
 }  // namespace
 
 ParallelState& state() {
   if (!g_state) {
     ParallelSizes sizes;
-    sizes.tensor = g_runtime->world_size();
-    g_state.emplace(ParallelState::create(*g_runtime, sizes));
+    sizes.tensor = test::mpi_runtime().world_size();
+    g_state.emplace(ParallelState::create(test::mpi_runtime(), sizes));
   }
   return *g_state;
 }
@@ -85,50 +93,4 @@ void expect_close(const Tensor& got, const Tensor& want, double tol, const std::
                               << (w.empty() ? 0 : w[worst]) << "), scale " << scale;
 }
 
-namespace {
-
-// On ranks other than 0 only failures are printed, prefixed by the rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
-                 result.file_name() ? result.file_name() : "?", result.line_number(),
-                 result.message());
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
 }  // namespace megatron::tp_test
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  int failed_anywhere = 1;
-  try {
-    megatron::MpiRuntime runtime;
-    megatron::tp_test::g_runtime = &runtime;
-    if (runtime.world_rank() != 0) {
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new megatron::tp_test::FailurePrinter(runtime.world_rank()));
-    }
-    const int failed_here = RUN_ALL_TESTS() != 0 ? 1 : 0;
-    if (runtime.launched_by_mpi()) {
-      MPI_Allreduce(&failed_here, &failed_anywhere, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    } else {
-      failed_anywhere = failed_here;
-    }
-    if (runtime.world_rank() == 0 && failed_anywhere && !failed_here)
-      std::fprintf(stderr, "tests failed on another rank (see [rank N] lines)\n");
-    megatron::tp_test::g_state.reset();
-    megatron::tp_test::g_runtime = nullptr;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tensor-parallel test: %s\n", e.what());
-    return 1;
-  }
-  return failed_anywhere;
-}

@@ -54,17 +54,7 @@ void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
 }
 
 void write_contents(hid_t file, const CheckpointState& state) {
-  const hid_t root = file;  // attributes on the file id land on the root group
-  detail::write_int_attribute(root, "format_version", kFormatVersion);
-  detail::write_int_attribute(root, "iteration", state.iteration);
-  detail::write_int_attribute(root, "consumed_train_samples", state.consumed_train_samples);
-  detail::write_int_attribute(root, "consumed_valid_samples", state.consumed_valid_samples);
-  detail::write_int_attribute(root, "skipped_iterations", state.skipped_iterations);
-  detail::write_string_attribute(root, "config", state.config_toml);
-  for (const auto& [key, value] : state.int_attributes)
-    detail::write_int_attribute(root, "int." + key, value);
-  for (const auto& [key, value] : state.float_attributes)
-    detail::write_float_attribute(root, "float." + key, value);
+  detail::write_state_attributes(file, state);  // on the file id: the root group
 
   Handle link_properties(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   if (!link_properties.valid() || H5Pset_create_intermediate_group(link_properties.get(), 1) < 0 ||
@@ -79,6 +69,19 @@ void write_contents(hid_t file, const CheckpointState& state) {
 }  // namespace
 
 namespace detail {
+
+void write_state_attributes(hid_t root, const CheckpointState& state) {
+  write_int_attribute(root, "format_version", kFormatVersion);
+  write_int_attribute(root, "iteration", state.iteration);
+  write_int_attribute(root, "consumed_train_samples", state.consumed_train_samples);
+  write_int_attribute(root, "consumed_valid_samples", state.consumed_valid_samples);
+  write_int_attribute(root, "skipped_iterations", state.skipped_iterations);
+  write_string_attribute(root, "config", state.config_toml);
+  for (const auto& [key, value] : state.int_attributes)
+    write_int_attribute(root, "int." + key, value);
+  for (const auto& [key, value] : state.float_attributes)
+    write_float_attribute(root, "float." + key, value);
+}
 
 // Why a tensor path or tensor cannot be stored; empty when it can.
 std::string tensor_problem(const std::string& name, const Tensor& tensor,

@@ -183,19 +183,6 @@ void write_slice(hid_t dataset, const std::string& name, const TensorSlice& s) {
   }
 }
 
-void write_attributes(hid_t root, const CheckpointState& state) {
-  detail::write_int_attribute(root, "format_version", kFormatVersion);
-  detail::write_int_attribute(root, "iteration", state.iteration);
-  detail::write_int_attribute(root, "consumed_train_samples", state.consumed_train_samples);
-  detail::write_int_attribute(root, "consumed_valid_samples", state.consumed_valid_samples);
-  detail::write_int_attribute(root, "skipped_iterations", state.skipped_iterations);
-  detail::write_string_attribute(root, "config", state.config_toml);
-  for (const auto& [key, value] : state.int_attributes)
-    detail::write_int_attribute(root, "int." + key, value);
-  for (const auto& [key, value] : state.float_attributes)
-    detail::write_float_attribute(root, "float." + key, value);
-}
-
 }  // namespace
 
 fs::path save_checkpoint_sharded(const fs::path& dir, const CheckpointState& state,
@@ -265,7 +252,7 @@ fs::path save_checkpoint_sharded(const fs::path& dir, const CheckpointState& sta
       throw Error(partial.path().string() + ": cannot create checkpoint file" + hdf5_reason());
     }
     try {
-      write_attributes(file.get(), state);
+      detail::write_state_attributes(file.get(), state);
       Handle link_properties(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
       if (!link_properties.valid() ||
           H5Pset_create_intermediate_group(link_properties.get(), 1) < 0 ||

@@ -8,9 +8,13 @@
 #include <string>
 #include <system_error>
 
+#include "megatron/checkpoint/checkpoint.h"
 #include "megatron/tensor/tensor.h"
 
 namespace megatron::checkpoint::detail {
+
+// The root attributes of a checkpoint: format version, progress, config, int.* / float.*.
+void write_state_attributes(hid_t root, const CheckpointState& state);
 
 // Why a tensor path or tensor cannot be stored; empty when it can.
 std::string tensor_problem(const std::string& name, const Tensor& tensor,
