@@ -63,6 +63,17 @@ TrainSummary Trainer::run() {
   ParallelState& parallel = t.services.parallel;
   const std::int64_t dp = parallel.dp_size(), dp_rank = parallel.dp_rank();
   const bool last_rank = parallel.world_rank() == parallel.world_size() - 1;
+  // Refused before any work: layouts whose training path does not exist yet.
+  if (parallel.pp_size() > 1) {
+    throw ConfigError(
+        "[parallel] pipeline_model_parallel_size = " + std::to_string(parallel.pp_size()) +
+        ": training across pipeline stages is not available yet (the schedules and the executor "
+        "exist, but no model plugin runs in stages); use tensor and data parallelism");
+  }
+  if (parallel.cp_size() > 1) {
+    throw ConfigError("[parallel] context_parallel_size = " + std::to_string(parallel.cp_size()) +
+                      ": context parallelism is not available yet; use 1");
+  }
   t.device = Device::parse(core.runtime.device);
   t.seed = static_cast<std::uint64_t>(tc.seed);
 
