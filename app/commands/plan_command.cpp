@@ -12,6 +12,7 @@
 #include "megatron/tokenizer/tokenizer.h"
 #include "megatron/train/batch_schedule.h"
 #include "megatron/train/memory_plan.h"
+#include "megatron/train/pipeline_schedule.h"
 #include "plugin_objects.h"
 #include "session.h"
 
@@ -96,6 +97,10 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
                                           : train::Precision::fp32;
   const bool tied = model->parameters().find("output_layer.weight") == nullptr;
   const ModelDimensions dims = model->dimensions();
+  const train::PipelineLayout placement = train::pipeline_layout(core.parallel, dims.num_layers);
+  layout.virtual_size = placement.virtual_size;
+  layout.first_stage_layers = placement.first_stage_layers;
+  layout.last_stage_layers = placement.last_stage_layers;
   const train::MemoryPlan plan = train::plan_memory(model->parameters(), dims, layout, tied);
 
   const char* precision = core.training.bf16 ? "bf16" : core.training.fp16 ? "fp16" : "fp32";

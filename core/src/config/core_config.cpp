@@ -24,6 +24,14 @@ TableSchema parallel_schema() {
                "shard norms and dropout along the sequence across TP ranks")
       .optional_integer("num_layers_per_virtual_pipeline_stage",
                         "layers per virtual stage (interleaved 1F1B schedule)", Range::at_least(1))
+      .integer("microbatch_group_size_per_vp_stage", 0,
+               "micro-batches per group of the interleaved schedule; 0 means "
+               "pipeline_model_parallel_size",
+               Range::at_least(0))
+      .integer("decoder_first_pipeline_num_layers", 0,
+               "layers on the first pipeline stage; 0 means an even split", Range::at_least(0))
+      .integer("decoder_last_pipeline_num_layers", 0,
+               "layers on the last pipeline stage; 0 means an even split", Range::at_least(0))
       .boolean("use_tp_pp_dp_mapping", false,
                "order ranks tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp");
   s.rule([](const ConfigTable& t) {
@@ -333,6 +341,10 @@ CoreConfig make_core_config(const std::vector<ConfigTable>& tables) {
   c.parallel.num_layers_per_virtual_pipeline_stage =
       optional_int<int>(p, "num_layers_per_virtual_pipeline_stage");
   c.parallel.use_tp_pp_dp_mapping = p.boolean("use_tp_pp_dp_mapping");
+  c.parallel.microbatch_group_size_per_vp_stage =
+      static_cast<int>(p.integer("microbatch_group_size_per_vp_stage"));
+  c.parallel.decoder_first_pipeline_num_layers = p.integer("decoder_first_pipeline_num_layers");
+  c.parallel.decoder_last_pipeline_num_layers = p.integer("decoder_last_pipeline_num_layers");
 
   const auto& t = find_table(tables, "training");
   c.training.micro_batch_size = t.integer("micro_batch_size");

@@ -39,8 +39,13 @@ void fill_normal_shard(Backend& backend, Parameter& p, std::uint64_t seed, std::
 }  // namespace
 
 void initialize_parameters(Backend& backend, ParameterSet& params, std::uint64_t seed) {
-  std::uint64_t index = 0;
+  std::uint64_t position = 0;
   for (auto& p : params) {
+    // The stream is the parameter's place in the whole model, so a pipeline stage holding only
+    // some parameters draws the same numbers for them as one rank holding all.
+    const std::uint64_t index =
+        p->init_index >= 0 ? static_cast<std::uint64_t>(p->init_index) : position;
+    ++position;
     if (p->value.device().is_meta()) continue;
     switch (p->init) {
       case ParamInit::normal:
@@ -58,7 +63,6 @@ void initialize_parameters(Backend& backend, ParameterSet& params, std::uint64_t
         break;
     }
     backend.fill(p->grad, 0.0);
-    ++index;
   }
 }
 

@@ -86,6 +86,7 @@ GradBuffers::GradBuffers(ParameterSet& params, Communicator& data, Backend& back
     shard.partition_count = p.partition_count;  // for the norm: is it a tensor-parallel duplicate
     shard.partition_rank = p.partition_rank;
     shard.sequence_parallel = p.sequence_parallel;
+    shard.shared_across_pipeline = p.shared_across_pipeline;
     shard.init = p.init;
     shard.init_std = p.init_std;
     shard.weight_decay = p.weight_decay;

@@ -17,11 +17,26 @@ void allreduce_sequence_parallel_grads(ParameterSet& params, const ParallelState
   }
 }
 
+void allreduce_shared_embedding_grads(ParameterSet& params, const ParallelState& parallel) {
+  if (parallel.pp_size() <= 1 || !parallel.in_group(Group::embedding)) return;
+  if (parallel.group_size(Group::embedding) <= 1) return;
+  Communicator& embedding = parallel.comm(Group::embedding);
+  for (auto& p : params) {
+    if (!p->shared_across_pipeline) continue;
+    embedding.all_reduce(p->grad.raw_data(), static_cast<std::size_t>(p->grad.numel()),
+                         p->grad.dtype(), ReduceOp::sum);
+  }
+}
+
 double global_grad_norm(Backend& backend, const ParameterSet& params, const ParallelState& parallel,
                         bool sharded_over_data) {
   const bool tp_rank0 = parallel.tp_rank() <= 0;
+  const bool first_stage = parallel.pp_rank() <= 0;
   std::vector<const Tensor*> counted;
   for (const auto& p : params) {
+    // The last stage's copy of a tied embedding repeats the first stage's (Megatron's
+    // param_is_not_shared).
+    if (p->shared_across_pipeline && !first_stage) continue;
     // A tensor-parallel shard is this rank's own numbers; a replicated parameter is the same on
     // every tensor-parallel rank, so only rank 0 counts it.
     if (p->partition_count > 1 || tp_rank0) counted.push_back(&p->grad);

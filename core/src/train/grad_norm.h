@@ -12,6 +12,10 @@ namespace megatron::train {
 // tensor-parallel rank holds the partial sum over its sequence shard.
 void allreduce_sequence_parallel_grads(ParameterSet& params, const ParallelState& parallel);
 
+// Sums over Group::embedding (first and last pipeline stage) the grads of parameters held by
+// both (`shared_across_pipeline`: a tied word embedding), so the two copies get the same update.
+void allreduce_shared_embedding_grads(ParameterSet& params, const ParallelState& parallel);
+
 // The L2 norm of every gradient element of the model, each counted once: parameters replicated
 // over tensor-parallel ranks count on tp rank 0 only; squares are summed over the model-parallel
 // group (tensor x pipeline) and, when `params` are distributed-optimizer shards, over the

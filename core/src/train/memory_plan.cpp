@@ -6,20 +6,21 @@
 
 #include "megatron/error.h"
 #include "megatron/train/grad_buffer.h"
+#include "megatron/train/pipeline_schedule.h"
 
 namespace megatron::train {
 
 namespace {
 
-// The stage of a parameter, or -1 for "first and (tied copy) last" word embeddings.
-std::int64_t stage_of(const std::string& name, std::int64_t layers_per_stage, std::int64_t stages) {
+// The stage of a parameter: its layer's (by the training code's placement), embeddings on the
+// first, everything else on the last.
+std::int64_t stage_of(const std::string& name, const std::vector<std::int64_t>& layer_stage) {
   const std::string layer_prefix = "decoder.layers.";
   if (name.rfind(layer_prefix, 0) == 0) {
-    const std::int64_t layer = std::stoll(name.substr(layer_prefix.size()));
-    return layer / layers_per_stage;
+    return layer_stage.at(static_cast<std::size_t>(std::stoll(name.substr(layer_prefix.size()))));
   }
   if (name.rfind("embedding.", 0) == 0) return 0;
-  return stages - 1;
+  return static_cast<std::int64_t>(*std::max_element(layer_stage.begin(), layer_stage.end()));
 }
 
 std::int64_t local_numel(const Parameter& p, std::int64_t tp) {
@@ -33,19 +34,29 @@ std::int64_t local_numel(const Parameter& p, std::int64_t tp) {
 MemoryPlan plan_memory(const ParameterSet& params, const ModelDimensions& d,
                        const PlanLayout& layout, bool tied_embeddings) {
   const std::int64_t pp = layout.pipeline, tp = layout.tensor;
-  if (d.num_layers % pp != 0) {
-    throw ConfigError("num_layers " + std::to_string(d.num_layers) +
-                      " is not divisible by pipeline_model_parallel_size " + std::to_string(pp));
-  }
+  PipelineLayout placement;
+  placement.num_layers = d.num_layers;
+  placement.pipeline_size = static_cast<int>(pp);
+  placement.virtual_size = layout.virtual_size;
+  placement.first_stage_layers = layout.first_stage_layers;
+  placement.last_stage_layers = layout.last_stage_layers;
   MemoryPlan plan;
-  const std::int64_t per_stage = d.num_layers / pp;
-  for (std::int64_t s = 0; s < pp; ++s)
-    plan.stages.push_back({s, per_stage, 0});
+  std::vector<std::int64_t> layer_stage(static_cast<std::size_t>(d.num_layers), 0);
+  for (std::int64_t s = 0; s < pp; ++s) {
+    std::int64_t count = 0;
+    for (int c = 0; c < layout.virtual_size; ++c) {
+      const LayerRange r = stage_layers(placement, static_cast<int>(s), c);
+      for (std::int64_t l = r.first; l < r.first + r.count; ++l)
+        layer_stage[static_cast<std::size_t>(l)] = s;
+      count += r.count;
+    }
+    plan.stages.push_back({s, count, 0});
+  }
   std::vector<std::vector<std::int64_t>> stage_numels(static_cast<std::size_t>(pp));
   for (const auto& p : params) {
     plan.total_parameters += shape_numel(p->global_shape);
     const std::int64_t n = local_numel(*p, tp);
-    const auto stage = static_cast<std::size_t>(stage_of(p->name, per_stage, pp));
+    const auto stage = static_cast<std::size_t>(stage_of(p->name, layer_stage));
     plan.stages[stage].parameters += n;
     stage_numels[stage].push_back(n);
     if (tied_embeddings && pp > 1 && p->name == "embedding.word_embeddings.weight") {

@@ -106,6 +106,26 @@ std::vector<std::pair<std::int64_t, int>> schedule_table(std::int64_t m, int chu
 
 }  // namespace
 
+PipelineLayout pipeline_layout(const config::ParallelConfig& parallel, std::int64_t num_layers) {
+  PipelineLayout l;
+  l.num_layers = num_layers;
+  l.pipeline_size = parallel.pipeline_model_parallel_size;
+  l.first_stage_layers = parallel.decoder_first_pipeline_num_layers;
+  l.last_stage_layers = parallel.decoder_last_pipeline_num_layers;
+  l.microbatch_group_size = parallel.microbatch_group_size_per_vp_stage;
+  if (parallel.num_layers_per_virtual_pipeline_stage) {
+    const std::int64_t per = *parallel.num_layers_per_virtual_pipeline_stage;
+    const std::int64_t per_stage = num_layers / l.pipeline_size;
+    if (num_layers % l.pipeline_size != 0 || per_stage % per != 0) {
+      refuse("num_layers_per_virtual_pipeline_stage " + s(per) + " must divide the layers of " +
+             "each pipeline stage (num_layers " + s(num_layers) +
+             " / pipeline_model_parallel_size " + s(l.pipeline_size) + ")");
+    }
+    l.virtual_size = static_cast<int>(per_stage / per);
+  }
+  return l;
+}
+
 LayerRange stage_layers(const PipelineLayout& layout, int rank, int chunk) {
   validate_layout(layout);
   if (rank < 0 || rank >= layout.pipeline_size || chunk < 0 || chunk >= layout.virtual_size) {

@@ -11,6 +11,7 @@
 #include "megatron/nn/init.h"
 #include "megatron/train/sample_counts.h"
 #include "megatron/train/train_log.h"
+#include "pipeline_executor.h"
 #include "progress_bar.h"
 #include "trainer_impl.h"
 
@@ -63,13 +64,7 @@ TrainSummary Trainer::run() {
   ParallelState& parallel = t.services.parallel;
   const std::int64_t dp = parallel.dp_size(), dp_rank = parallel.dp_rank();
   const bool last_rank = parallel.world_rank() == parallel.world_size() - 1;
-  // Refused before any work: layouts whose training path does not exist yet.
-  if (parallel.pp_size() > 1) {
-    throw ConfigError(
-        "[parallel] pipeline_model_parallel_size = " + std::to_string(parallel.pp_size()) +
-        ": training across pipeline stages is not available yet (the schedules and the executor "
-        "exist, but no model plugin runs in stages); use tensor and data parallelism");
-  }
+  // Refused before any work: a layout whose training path does not exist yet.
   if (parallel.cp_size() > 1) {
     throw ConfigError("[parallel] context_parallel_size = " + std::to_string(parallel.cp_size()) +
                       ": context parallelism is not available yet; use 1");
@@ -98,11 +93,34 @@ TrainSummary Trainer::run() {
   info.tp_rank = parallel.tp_rank();
   info.tp_size = parallel.tp_size();
   info.sequence_parallel = core.parallel.sequence_parallel;
+  const PipelineLayout pipeline = pipeline_layout(core.parallel, t.model.dimensions().num_layers);
+  const int pp = pipeline.pipeline_size, pp_rank = parallel.pp_rank();
+  if (pp > 1) {
+    // Megatron's check, at config time: every micro-batch count the run will see must suit the
+    // schedule (the ramp-up's first size included).
+    validate_pipeline(pipeline, t.batches->at(0).num_micro_batches);
+    validate_pipeline(pipeline, gbs / (mbs * dp));
+    info.pipeline.rank = pp_rank;
+    info.pipeline.size = pp;
+    for (int c = 0; c < pipeline.virtual_size; ++c)
+      info.pipeline.chunks.push_back(stage_layers(pipeline, pp_rank, c));
+  }
   // Mixed precision: fp32 master weights and gradients; GEMM inputs in bf16/fp16.
   info.compute_dtype = tc.bf16 ? DType::bf16 : tc.fp16 ? DType::f16 : DType::f32;
   t.model.build(info);
   ParameterSet& params = t.model.parameters();
   log.info("{}", t.model.describe());
+  for (const auto& p : params) {
+    if (p->shared_across_pipeline && core.ddp.use_distributed_optimizer) {
+      throw ConfigError(
+          "[ddp] use_distributed_optimizer with pipeline parallelism and tied embeddings is not "
+          "supported yet (the two copies of '" +
+          p->name +
+          "' are summed after the data-parallel reduction, which the distributed optimizer "
+          "shards); set [model] untie_embeddings_and_output_weights = true or use the plain "
+          "optimizer");
+    }
+  }
 
   Backend& be = backend_for(t.device);
   DdpSettings ddp_settings;
@@ -141,13 +159,27 @@ TrainSummary Trainer::run() {
     double sums[2] = {0, 0};
     const std::int64_t m = gbs / (mbs * dp);
     for (std::int64_t it = 0; it < tc.eval_iters; ++it) {
-      for (std::int64_t k = 0; k < m; ++k) {
+      auto options = [](std::int64_t) {
         StepOptions o;
         o.backward = false;
         o.training = false;
-        const StepResult r = t.model.step(t.micro_batch(split, position, k, mbs), o);
+        return o;
+      };
+      auto batch = [&, start = position](std::int64_t k) {
+        return t.micro_batch(split, start, k, mbs);
+      };
+      if (pp > 1) {
+        const StepResult r =
+            run_pipeline_step(t.model, {pipeline, pp_rank, parallel.comm(Group::pipeline), m, mbs,
+                                        info.param_dtype, false, batch, options});
         sums[0] += r.loss_sum;
         sums[1] += r.token_count;
+      } else {
+        for (std::int64_t k = 0; k < m; ++k) {
+          const StepResult r = t.model.step(batch(k), options(k));
+          sums[0] += r.loss_sum;
+          sums[1] += r.token_count;
+        }
       }
       position += gbs;
     }
@@ -183,24 +215,39 @@ TrainSummary Trainer::run() {
     ddp.wait_param_gather();  // the previous step's all-gather, if still in flight
     ddp.zero_grads();
     double sums[2] = {0, 0};
-    for (std::int64_t k = 0; k < m; ++k) {
+    auto options = [&](std::int64_t k) {
       StepOptions o;
       o.loss_scale = scale / static_cast<float>(m);
       o.dropout_seed = t.seed;
       o.dropout_offset = static_cast<std::uint64_t>((t.iteration * m + k) * dp + dp_rank + 1);
       // Gradients are final only after the last micro-batch: reduce its buckets as they fill.
+      // (Each pipeline chunk runs its micro-batches' backwards in order, so this holds there too.)
       if (ddp_settings.overlap_grad_reduce && k == m - 1) {
         o.grads_ready = [&ddp](const std::vector<Parameter*>& done) { ddp.grads_ready(done); };
       }
+      return o;
+    };
+    auto batch = [&](std::int64_t k) {
+      return t.micro_batch(data::Split::kTrain, t.consumed_train, k, mbs);
+    };
+    if (pp > 1) {
       const StepResult r =
-          t.model.step(t.micro_batch(data::Split::kTrain, t.consumed_train, k, mbs), o);
-      sums[0] += r.loss_sum;
-      sums[1] += r.token_count;
+          run_pipeline_step(t.model, {pipeline, pp_rank, parallel.comm(Group::pipeline), m, mbs,
+                                      info.param_dtype, true, batch, options});
+      sums[0] = r.loss_sum;
+      sums[1] = r.token_count;
+    } else {
+      for (std::int64_t k = 0; k < m; ++k) {
+        const StepResult r = t.model.step(batch(k), options(k));
+        sums[0] += r.loss_sum;
+        sums[1] += r.token_count;
+      }
     }
     // Data-parallel mean of the gradients (bucket by bucket) and sum of the loss figures.
     ddp.finish_grad_sync();
     if (dp > 1) parallel.comm(Group::data).all_reduce(sums, ReduceOp::sum);
     allreduce_sequence_parallel_grads(params, parallel);
+    allreduce_shared_embedding_grads(params, parallel);
     const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 
     if (scale != 1.0f) {

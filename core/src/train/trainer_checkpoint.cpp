@@ -2,12 +2,15 @@
 // scaler and dropout seed; Megatron's finetune / no_load_optim / no_load_rng semantics. Every rank
 // writes its own slices of the global tensors and reads back the slices of whatever layout it
 // runs at (see Note [Sharded checkpoints] in checkpoint.h).
+#include <cstdint>
 #include <filesystem>
 #include <set>
+#include <vector>
 
 #include "grad_buffer.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
+
 #include "trainer_impl.h"
 
 namespace megatron::train {
@@ -180,9 +183,20 @@ void Trainer::Impl::load_checkpoint() {
   ParameterSet& params = model.parameters();
   for (auto& p : params)
     read_for(reader, kModel + p->name, *p, p->value, " (was it saved from a different model?)");
-  for (const std::string& path : reader.names()) {
-    if (path.rfind(kModel, 0) == 0 && !params.find(path.substr(kModel.size()))) {
-      throw Error("checkpoint " + file + " has tensor '" + path +
+  // Every model tensor of the checkpoint must be held by some rank (pipeline stages hold only
+  // their own layers); every rank reads the same file, so the names line up across ranks.
+  std::vector<std::string> saved_names;
+  for (const std::string& path : reader.names())
+    if (path.rfind(kModel, 0) == 0) saved_names.push_back(path);
+  std::vector<std::int32_t> held(saved_names.size(), 0);
+  for (std::size_t i = 0; i < saved_names.size(); ++i)
+    held[i] = params.find(saved_names[i].substr(kModel.size())) != nullptr;
+  if (services.parallel.pp_size() > 1) {
+    services.parallel.comm(Group::pipeline).all_reduce(held, ReduceOp::max);
+  }
+  for (std::size_t i = 0; i < saved_names.size(); ++i) {
+    if (!held[i]) {
+      throw Error("checkpoint " + file + " has tensor '" + saved_names[i] +
                   "', which this model does not have (is [model] the same as when it was saved?)");
     }
   }

@@ -25,29 +25,113 @@ void GptModel::build(const ModelBuildInfo& info) {
                       " is smaller than the data's seq_length " + std::to_string(info.seq_length));
   }
 
+  stage_layers_ = info.pipeline.chunks;
+  if (stage_layers_.empty()) stage_layers_ = {{0, tc.num_layers}};
+  if (info.pipeline.size < 1 || info.pipeline.rank < 0 ||
+      info.pipeline.rank >= info.pipeline.size) {
+    throw Error("GPT: pipeline rank " + std::to_string(info.pipeline.rank) + " of " +
+                std::to_string(info.pipeline.size));
+  }
+  for (const LayerRange& r : stage_layers_) {
+    if (r.count < 1 || r.first < 0 || r.first + r.count > tc.num_layers) {
+      throw Error("GPT: pipeline chunk of layers [" + std::to_string(r.first) + ", " +
+                  std::to_string(r.first + r.count) + ") outside the model's " +
+                  std::to_string(tc.num_layers) + " layers");
+    }
+  }
+  const bool has_embedding = first_stage(0);
+  const bool has_head = last_stage(info.pipeline.num_chunks() - 1);
+
   nn::ParamFactory factory{params_, info.device, info.param_dtype, tp_};
   const bool learned = config_.position_embedding == PositionEmbedding::learned_absolute;
-  embedding_.declare(factory, "embedding", padded_vocab_, tc.hidden_size, learned ? max_pos : 0,
-                     tc.init_method_std, tc.hidden_dropout);
+  auto declared_since = [&](std::size_t first) {
+    std::vector<Parameter*> out;
+    for (std::size_t i = first; i < params_.size(); ++i)
+      out.push_back(&params_[i]);
+    return out;
+  };
+  embedding_params_.clear();
+  head_params_.clear();
+  if (has_embedding) {
+    embedding_.declare(factory, "embedding", padded_vocab_, tc.hidden_size, learned ? max_pos : 0,
+                       tc.init_method_std, tc.hidden_dropout);
+    embedding_params_ = declared_since(0);
+  }
+  layers_.clear();
   layers_.resize(static_cast<std::size_t>(tc.num_layers));
-  for (std::int64_t i = 0; i < tc.num_layers; ++i) {
-    layers_[static_cast<std::size_t>(i)].declare(factory, "decoder.layers." + std::to_string(i), tc,
-                                                 i);
+  layer_params_.assign(layers_.size(), {});
+  for (const LayerRange& r : stage_layers_) {
+    for (std::int64_t i = r.first; i < r.first + r.count; ++i) {
+      const std::size_t before = params_.size();
+      layers_[static_cast<std::size_t>(i)].declare(factory, "decoder.layers." + std::to_string(i),
+                                                   tc, i);
+      layer_params_[static_cast<std::size_t>(i)] = declared_since(before);
+    }
   }
-  final_layernorm_ = nn::Norm::declare(factory, "decoder.final_layernorm", tc.hidden_size,
-                                       tc.normalization, tc.norm_epsilon);
-  if (config_.untie_embeddings_and_output_weights) {
-    output_layer_ = &factory.declare("output_layer.weight", {padded_vocab_, tc.hidden_size},
-                                     ParamInit::normal, tc.init_method_std, true, nn::Split{0, 1});
+  if (has_head) {
+    const std::size_t before = params_.size();
+    final_layernorm_ = nn::Norm::declare(factory, "decoder.final_layernorm", tc.hidden_size,
+                                         tc.normalization, tc.norm_epsilon);
+    if (config_.untie_embeddings_and_output_weights) {
+      output_layer_ =
+          &factory.declare("output_layer.weight", {padded_vocab_, tc.hidden_size},
+                           ParamInit::normal, tc.init_method_std, true, nn::Split{0, 1});
+    } else if (!has_embedding) {
+      // Megatron's shared embedding: the last stage's own copy of the word embeddings,
+      // initialised identically and kept equal by summing the two copies' gradients.
+      output_layer_ =
+          &factory.declare("embedding.word_embeddings.weight", {padded_vocab_, tc.hidden_size},
+                           ParamInit::normal, tc.init_method_std, true, nn::Split{0, 1});
+      output_layer_->shared_across_pipeline = true;
+    }
+    head_params_ = declared_since(before);
   }
+  if (has_embedding && !has_head && !config_.untie_embeddings_and_output_weights &&
+      info.pipeline.size > 1) {
+    embedding_.word_embeddings->shared_across_pipeline = true;
+  }
+  assign_init_indices(learned ? 2 : 1);
   if (tc.rotary_dim > 0 && !info.device.is_meta()) {
     rotary_ = nn::make_rotary_tables(info.seq_length, tc.rotary_dim, config_.rotary_base,
                                      info.param_dtype);
   }
-  chunks_ = plan_chunks();
-  group_parameters();
+  chunks_.clear();
+  for (const LayerRange& r : stage_layers_)
+    chunks_.push_back(plan_chunks(r));
   if (!info.device.is_meta())
     nn::initialize_parameters(backend_for(info.device), params_, info.seed);
+}
+
+// Each parameter's index in the whole model's declaration order (embedding, layers 0..L-1,
+// final norm, output layer), so every stage initialises its parameters as one rank would.
+void GptModel::assign_init_indices(std::int64_t embedding_count) {
+  const nn::TransformerConfig& tc = config_.transformer;
+  ParameterSet scratch;
+  nn::ParamFactory meta{scratch, Device::meta(), info_.param_dtype, tp_};
+  nn::TransformerLayer probe;
+  probe.declare(meta, "probe", tc, 0);
+  const auto per_layer = static_cast<std::int64_t>(scratch.size());
+  nn::Norm::declare(meta, "probe_norm", tc.hidden_size, tc.normalization, tc.norm_epsilon);
+  const std::int64_t norm_count = static_cast<std::int64_t>(scratch.size()) - per_layer;
+  const std::int64_t head_first = embedding_count + tc.num_layers * per_layer;
+  for (std::size_t i = 0; i < embedding_params_.size(); ++i)
+    embedding_params_[i]->init_index = static_cast<std::int64_t>(i);
+  for (std::size_t l = 0; l < layer_params_.size(); ++l) {
+    for (std::size_t j = 0; j < layer_params_[l].size(); ++j) {
+      layer_params_[l][j]->init_index =
+          embedding_count + static_cast<std::int64_t>(l) * per_layer + static_cast<std::int64_t>(j);
+    }
+  }
+  for (std::size_t j = 0; j < head_params_.size(); ++j) {
+    Parameter* p = head_params_[j];
+    if (p->shared_across_pipeline) {
+      p->init_index = 0;  // the word embeddings
+    } else if (p == output_layer_) {
+      p->init_index = head_first + norm_count;
+    } else {
+      p->init_index = head_first + static_cast<std::int64_t>(j);
+    }
+  }
 }
 
 nn::TensorParallelism GptModel::tensor_parallelism(const ModelBuildInfo& info) {
@@ -74,36 +158,20 @@ nn::TensorParallelism GptModel::tensor_parallelism(const ModelBuildInfo& info) {
   return tp;
 }
 
-void GptModel::group_parameters() {
-  layer_params_.assign(layers_.size(), {});
-  head_params_.clear();
-  embedding_params_.clear();
-  const std::string layer_prefix = "decoder.layers.";
-  for (auto& p : params_) {
-    if (p->name.starts_with(layer_prefix)) {
-      const std::size_t l = std::stoul(p->name.substr(layer_prefix.size()));
-      layer_params_.at(l).push_back(p.get());
-    } else if (p->name.starts_with("embedding.")) {
-      embedding_params_.push_back(p.get());
-    } else {
-      head_params_.push_back(p.get());
-    }
-  }
-}
-
-std::vector<GptModel::Chunk> GptModel::plan_chunks() const {
-  const std::int64_t layers = config_.transformer.num_layers, n = config_.recompute_num_layers;
+std::vector<GptModel::Chunk> GptModel::plan_chunks(const LayerRange& range) const {
+  const std::int64_t first = range.first, end = range.first + range.count;
+  const std::int64_t n = config_.recompute_num_layers;
   std::vector<Chunk> chunks;
   const bool full = config_.recompute_granularity == Recompute::full;
   if (full && config_.recompute_method == RecomputeMethod::uniform) {
-    for (std::int64_t b = 0; b < layers; b += n)
-      chunks.push_back({b, std::min(layers, b + n), true});
+    for (std::int64_t b = first; b < end; b += n)
+      chunks.push_back({b, std::min(end, b + n), true});
   } else {
-    // Block: the first n layers are recomputed one by one; selective recomputes nothing here
-    // because the fused attention never stores the S x S probabilities Megatron's selective
-    // mode exists to drop.
-    for (std::int64_t i = 0; i < layers; ++i)
-      chunks.push_back({i, i + 1, full && i < n});
+    // Block: the first n layers (of this stage) are recomputed one by one; selective recomputes
+    // nothing here because the fused attention never stores the S x S probabilities Megatron's
+    // selective mode exists to drop.
+    for (std::int64_t i = first; i < end; ++i)
+      chunks.push_back({i, i + 1, full && i - first < n});
   }
   return chunks;
 }
@@ -121,112 +189,193 @@ Tensor to_sequence_major(Backend& be, const Tensor& batch_major) {
 }
 }  // namespace
 
-GptModel::Forward GptModel::forward(const nn::LayerContext& ctx, const Tensor& ids, bool keep) {
-  Backend& be = ctx.backend;
-  const std::int64_t b = ids.size(1), s = local_seq(ids.size(0)), rows = s * b;
-  const std::int64_t h = config_.transformer.hidden_size;
-  const DType dt = info_.param_dtype;
-  const nn::RotaryTables* rotary = rotary_ ? &*rotary_ : nullptr;
-  if (rotary && rotary->cos.size(0) != ids.size(0)) {
-    throw Error("GPT: rotary tables built for sequence length " +
-                std::to_string(rotary->cos.size(0)) + ", batch has " + std::to_string(ids.size(0)));
-  }
+nn::LayerContext GptModel::context(const StepOptions& options) const {
+  return {backend_for(info_.device), options.training, options.dropout_seed, options.dropout_offset,
+          info_.compute_dtype};
+}
+
+Tensor GptModel::embed(const nn::LayerContext& ctx, const Tensor& ids) {
+  const std::int64_t b = ids.size(1), s = local_seq(ids.size(0));
   if (ids.size(0) != s * (tp_.sp() ? tp_.size : 1)) {
     throw Error("GPT: sequence length " + std::to_string(ids.size(0)) + " does not split into " +
                 std::to_string(tp_.size) + " sequence-parallel shards");
   }
-  Forward f;
-  f.saved.resize(layers_.size());
-  f.chunk_inputs.resize(chunks_.size());
-  Tensor x = be.empty({s, b, h}, dt);
+  if (rotary_ && rotary_->cos.size(0) != ids.size(0)) {
+    throw Error("GPT: rotary tables built for sequence length " +
+                std::to_string(rotary_->cos.size(0)) + ", batch has " +
+                std::to_string(ids.size(0)));
+  }
+  Tensor x = ctx.backend.empty({s, b, config_.transformer.hidden_size}, info_.param_dtype);
   embedding_.forward(ctx, ids, 0, x);
-  for (std::size_t c = 0; c < chunks_.size(); ++c) {
-    if (keep) f.chunk_inputs[c] = x;
-    const bool keep_layers = keep && !chunks_[c].recompute;
-    for (std::int64_t l = chunks_[c].begin; l < chunks_[c].end; ++l) {
-      Tensor y = be.empty({s, b, h}, dt);
+  return x;
+}
+
+Tensor GptModel::forward_layers(const nn::LayerContext& ctx, int chunk, Tensor x, bool keep,
+                                Pending& p) {
+  const LayerRange& range = stage_layers_[static_cast<std::size_t>(chunk)];
+  const std::vector<Chunk>& units = chunks_[static_cast<std::size_t>(chunk)];
+  const nn::RotaryTables* rotary = rotary_ ? &*rotary_ : nullptr;
+  p.saved.assign(static_cast<std::size_t>(range.count), {});
+  p.unit_inputs.assign(units.size(), {});
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (keep) p.unit_inputs[u] = x;
+    const bool keep_layers = keep && !units[u].recompute;
+    for (std::int64_t l = units[u].begin; l < units[u].end; ++l) {
+      Tensor y = ctx.backend.empty(x.shape(), x.dtype());
       layers_[static_cast<std::size_t>(l)].forward(
-          ctx, x, rotary, y, f.saved[static_cast<std::size_t>(l)], keep_layers);
+          ctx, x, rotary, y, p.saved[static_cast<std::size_t>(l - range.first)], keep_layers);
       x = y;
     }
   }
-  f.x_rows = x.view({rows, h});
-  f.normed = be.empty({rows, h}, dt);
-  final_layernorm_.forward(be, f.x_rows, f.normed, f.final_saved);
-  return f;
+  return x;
 }
 
-StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
-  Backend& be = backend_for(info_.device);
-  const nn::LayerContext ctx{be, options.training, options.dropout_seed, options.dropout_offset,
-                             info_.compute_dtype};
-  // Every tensor-parallel rank sees the whole micro-batch; under sequence parallelism the
-  // activations between the tensor-parallel regions are (S / tp, B, h) sequence shards.
-  const std::int64_t b = batch.tokens.size(0), s_full = batch.tokens.size(1);
-  const std::int64_t s = local_seq(s_full), rows = s * b, rows_full = s_full * b;
-  const std::int64_t h = config_.transformer.hidden_size;
-  const DType dt = info_.param_dtype;
-
-  const Tensor ids = to_sequence_major(be, batch.tokens);
-  const Tensor labels = to_sequence_major(be, batch.labels).view({rows_full});
-  const Tensor mask = batch.loss_mask.transpose(0, 1).contiguous().view({rows_full});
-  Forward f = forward(ctx, ids, options.backward);
-
-  Tensor dnormed;
-  if (options.backward) dnormed = be.empty({rows, h}, dt);
-  const nn::LmLossResult loss =
-      nn::lm_loss(be, f.normed, output_weight(), labels, mask, options.loss_scale,
-                  options.backward ? &dnormed : nullptr, info_.compute_dtype, tp_);
-  StepResult result{loss.loss_sum, loss.token_count};
-  if (!options.backward) return result;
-
+Tensor GptModel::backward_layers(const nn::LayerContext& ctx, int chunk, Tensor dy, Pending& p,
+                                 const StepOptions& options) {
+  const LayerRange& range = stage_layers_[static_cast<std::size_t>(chunk)];
+  const std::vector<Chunk>& units = chunks_[static_cast<std::size_t>(chunk)];
   const nn::RotaryTables* rotary = rotary_ ? &*rotary_ : nullptr;
-  Tensor dy = be.empty({s, b, h}, dt);
-  Tensor dy_rows = dy.view({rows, h});
-  final_layernorm_.backward(be, dnormed, f.x_rows, f.final_saved, dy_rows);
-  auto ready = [&](const std::vector<Parameter*>& done) {
-    if (options.grads_ready && !done.empty()) options.grads_ready(done);
-  };
-  ready(head_params_);
-  for (std::size_t c = chunks_.size(); c-- > 0;) {
-    const Chunk& chunk = chunks_[c];
-    if (chunk.recompute) {
-      Tensor xin = f.chunk_inputs[c];
-      for (std::int64_t l = chunk.begin; l < chunk.end; ++l) {
-        Tensor y = be.empty({s, b, h}, dt);
-        layers_[static_cast<std::size_t>(l)].forward(ctx, xin, rotary, y,
-                                                     f.saved[static_cast<std::size_t>(l)], true);
+  for (std::size_t u = units.size(); u-- > 0;) {
+    const Chunk& unit = units[u];
+    if (unit.recompute) {
+      Tensor xin = p.unit_inputs[u];
+      for (std::int64_t l = unit.begin; l < unit.end; ++l) {
+        Tensor y = ctx.backend.empty(xin.shape(), xin.dtype());
+        layers_[static_cast<std::size_t>(l)].forward(
+            ctx, xin, rotary, y, p.saved[static_cast<std::size_t>(l - range.first)], true);
         xin = y;
       }
     }
-    f.chunk_inputs[c] = Tensor();
-    for (std::int64_t l = chunk.end; l-- > chunk.begin;) {
-      Tensor dx = be.empty({s, b, h}, dt);
-      layers_[static_cast<std::size_t>(l)].backward(ctx, dy, rotary,
-                                                    f.saved[static_cast<std::size_t>(l)], dx);
+    p.unit_inputs[u] = Tensor();
+    for (std::int64_t l = unit.end; l-- > unit.begin;) {
+      Tensor dx = ctx.backend.empty(dy.shape(), dy.dtype());
+      layers_[static_cast<std::size_t>(l)].backward(
+          ctx, dy, rotary, p.saved[static_cast<std::size_t>(l - range.first)], dx);
       dy = dx;
-      ready(layer_params_[static_cast<std::size_t>(l)]);
+      if (options.grads_ready) options.grads_ready(layer_params_[static_cast<std::size_t>(l)]);
     }
   }
-  embedding_.backward(ctx, ids, 0, dy);
-  ready(embedding_params_);
-  return result;
+  return dy;
+}
+
+Model::ChunkOutput GptModel::forward_chunk(int chunk, std::int64_t micro_batch, const Batch& batch,
+                                           const Tensor& input, const StepOptions& options) {
+  if (chunk < 0 || chunk >= static_cast<int>(stage_layers_.size())) {
+    throw Error("GPT: no pipeline chunk " + std::to_string(chunk) + " on this stage");
+  }
+  const nn::LayerContext ctx = context(options);
+  Backend& be = ctx.backend;
+  Pending p;
+  Tensor x;
+  if (first_stage(chunk)) {
+    p.ids = to_sequence_major(be, batch.tokens);
+    x = embed(ctx, p.ids);
+  } else {
+    const Shape want = activation_shape(batch.tokens.size(0));
+    if (input.shape() != want) {
+      throw Error("GPT: pipeline chunk " + std::to_string(chunk) + " received a " +
+                  input.describe() + " activation, expected " + shape_str(want));
+    }
+    x = be.empty(want, info_.param_dtype);
+    be.copy(input, x);
+  }
+  x = forward_layers(ctx, chunk, x, options.backward, p);
+  ChunkOutput out;
+  if (!last_stage(chunk)) {
+    out.activation = x;
+  } else {
+    const std::int64_t b = batch.tokens.size(0), rows_full = batch.tokens.size(1) * b;
+    const std::int64_t rows = x.size(0) * b, h = config_.transformer.hidden_size;
+    const Tensor labels = to_sequence_major(be, batch.labels).view({rows_full});
+    const Tensor mask = batch.loss_mask.transpose(0, 1).contiguous().view({rows_full});
+    p.x_rows = x.view({rows, h});
+    Tensor normed = be.empty({rows, h}, info_.param_dtype);
+    final_layernorm_.forward(be, p.x_rows, normed, p.final_saved);
+    if (options.backward) p.dnormed = be.empty({rows, h}, info_.param_dtype);
+    const nn::LmLossResult loss =
+        nn::lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
+                    options.backward ? &p.dnormed : nullptr, info_.compute_dtype, tp_);
+    out.loss = {loss.loss_sum, loss.token_count};
+  }
+  if (options.backward) {
+    if (!pending_.emplace(std::pair{chunk, micro_batch}, std::move(p)).second) {
+      throw Error("GPT: forward of chunk " + std::to_string(chunk) + ", micro-batch " +
+                  std::to_string(micro_batch) + " run twice before its backward");
+    }
+  }
+  return out;
+}
+
+Tensor GptModel::backward_chunk(int chunk, std::int64_t micro_batch, const Tensor& output_grad,
+                                const StepOptions& options) {
+  auto it = pending_.find({chunk, micro_batch});
+  if (it == pending_.end()) {
+    throw Error("GPT: backward of chunk " + std::to_string(chunk) + ", micro-batch " +
+                std::to_string(micro_batch) + " without its forward");
+  }
+  Pending p = std::move(it->second);
+  pending_.erase(it);
+  const nn::LayerContext ctx = context(options);
+  Backend& be = ctx.backend;
+  Tensor dy;
+  if (last_stage(chunk)) {
+    const std::int64_t rows = p.x_rows.size(0), h = p.x_rows.size(1);
+    const std::int64_t b = rows / local_seq(info_.seq_length);
+    dy = be.empty({rows / b, b, h}, info_.param_dtype);
+    Tensor dy_rows = dy.view({rows, h});
+    final_layernorm_.backward(be, p.dnormed, p.x_rows, p.final_saved, dy_rows);
+    if (options.grads_ready && !head_params_.empty()) options.grads_ready(head_params_);
+  } else {
+    dy = be.empty(output_grad.shape(), info_.param_dtype);
+    be.copy(output_grad, dy);
+  }
+  dy = backward_layers(ctx, chunk, dy, p, options);
+  if (!first_stage(chunk)) return dy;
+  embedding_.backward(ctx, p.ids, 0, dy);
+  if (options.grads_ready && !embedding_params_.empty()) options.grads_ready(embedding_params_);
+  return Tensor();
+}
+
+Shape GptModel::activation_shape(std::int64_t micro_batch_size) const {
+  return {local_seq(info_.seq_length), micro_batch_size, config_.transformer.hidden_size};
+}
+
+StepResult GptModel::step(const Batch& batch, const StepOptions& options) {
+  if (info_.pipeline.size > 1 || stage_layers_.size() > 1) {
+    throw Error(
+        "GPT: step() runs the whole model; a pipeline stage runs forward_chunk / "
+        "backward_chunk");
+  }
+  if (batch.tokens.size(1) != info_.seq_length) {
+    throw Error("GPT: batch of sequence length " + std::to_string(batch.tokens.size(1)) +
+                ", model built for " + std::to_string(info_.seq_length));
+  }
+  const ChunkOutput out = forward_chunk(0, -1, batch, Tensor(), options);
+  if (options.backward) backward_chunk(0, -1, Tensor(), options);
+  return out.loss;
 }
 
 Tensor GptModel::logits(const Batch& batch) {
   Backend& be = backend_for(info_.device);
-  if (tp_.split()) {
+  if (tp_.split() || info_.pipeline.size > 1) {
     throw Error(
         "GPT: logits() gathers the full vocabulary and is for single-rank reference "
-        "checks; it is not available at tensor_model_parallel_size " +
-        std::to_string(tp_.size));
+        "checks; it is not available with tensor or pipeline parallelism");
   }
-  const nn::LayerContext ctx{be, false, 0, 0, info_.compute_dtype};
+  StepOptions eval;
+  eval.training = false;
+  eval.dropout_seed = 0;
+  const nn::LayerContext ctx = context(eval);
   const std::int64_t b = batch.tokens.size(0), s = batch.tokens.size(1), rows = s * b;
+  const std::int64_t h = config_.transformer.hidden_size;
   const DType dt = info_.param_dtype;
-  const Forward f = forward(ctx, to_sequence_major(be, batch.tokens), false);
+  Pending p;
+  const Tensor x =
+      forward_layers(ctx, 0, embed(ctx, to_sequence_major(be, batch.tokens)), false, p);
+  Tensor normed = be.empty({rows, h}, dt);
+  final_layernorm_.forward(be, x.view({rows, h}), normed, p.final_saved);
   Tensor logits = be.empty({rows, padded_vocab_}, dt);
-  nn::mixed_gemm(be, f.normed, false, output_weight().value, true, logits, info_.compute_dtype);
+  nn::mixed_gemm(be, normed, false, output_weight().value, true, logits, info_.compute_dtype);
   Tensor host = Tensor::empty({rows, padded_vocab_}, dt);
   be.copy(logits, host);
   return host.view({s, b, padded_vocab_}).transpose(0, 1).contiguous();

@@ -20,6 +20,9 @@ struct ParallelConfig {
   int expert_tensor_parallel_size = 0;  // 0: same as tensor_model_parallel_size (Megatron default)
   bool sequence_parallel = false;
   std::optional<int> num_layers_per_virtual_pipeline_stage;
+  int microbatch_group_size_per_vp_stage = 0;          // 0: pipeline_model_parallel_size
+  std::int64_t decoder_first_pipeline_num_layers = 0;  // 0: even split
+  std::int64_t decoder_last_pipeline_num_layers = 0;
   bool use_tp_pp_dp_mapping = false;  // rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp
 
   std::string rank_order() const {

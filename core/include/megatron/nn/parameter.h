@@ -34,6 +34,12 @@ struct Parameter {
   // under sequence parallelism): each rank's grad is a partial sum, all-reduced over the
   // tensor-parallel group before the optimizer (Megatron's _allreduce_layernorm_grads).
   bool sequence_parallel = false;
+  // Held by the first and the last pipeline stage (a tied word embedding): their gradients are
+  // summed over Group::embedding before the optimizer, so both copies stay equal.
+  bool shared_across_pipeline = false;
+  // Initialisation stream: the parameter's index in the whole model's declaration order (-1: its
+  // index in this ParameterSet, the same thing when one rank holds the whole model).
+  std::int64_t init_index = -1;
   ParamInit init = ParamInit::zeros;
   float init_std = 0;        // for ParamInit::normal
   bool weight_decay = true;  // false for biases and norm weights (Megatron's no-decay group)

@@ -18,6 +18,10 @@ enum class Precision { fp32, bf16, fp16 };
 
 struct PlanLayout {
   std::int64_t tensor = 1, pipeline = 1, data = 1;
+  // How layers are placed on stages: the training code's PipelineLayout (pipeline_schedule.h)
+  // is built from these, so `plan` assigns layers exactly as training does.
+  int virtual_size = 1;
+  std::int64_t first_stage_layers = 0, last_stage_layers = 0;
   std::int64_t micro_batch_size = 1;
   std::int64_t num_micro_batches = 1;
   Precision precision = Precision::fp32;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "megatron/config/core_config.h"
 #include "megatron/model.h"  // LayerRange
 
 namespace megatron::train {
@@ -20,6 +21,11 @@ struct PipelineLayout {
   std::int64_t last_stage_layers = 0;   // decoder_last_pipeline_num_layers (0: even split)
   int microbatch_group_size = 0;        // interleaved only; 0: pipeline_size (Megatron)
 };
+
+// The layout the [parallel] table describes for a model of `num_layers` layers
+// (num_layers_per_virtual_pipeline_stage gives the chunks per rank). Throws ConfigError when the
+// virtual stage size does not divide a stage's layers.
+PipelineLayout pipeline_layout(const config::ParallelConfig& parallel, std::int64_t num_layers);
 
 // Layers of model chunk `chunk` on pipeline rank `rank`. Even split: chunk c on rank r holds
 // layers from (c * pipeline_size + r) * L / (pipeline_size * virtual_size). Uneven first/last
