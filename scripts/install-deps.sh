@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
-# Installs the Debian packages megatron-app builds and tests with; idempotent, quiet when all is present.
+# Installs the Debian packages megatron-app needs; idempotent, quiet when all is present.
+# Usage: install-deps.sh [main|test]
+#   main: what building and running megatron-app needs (the README's main command)
+#   test: that plus the test suite's tools and Python references (GoogleTest, h5ls, numpy, torch...)
 set -euo pipefail
+profile=${1:-test}
 
-packages=(
-  build-essential cmake pkg-config git ninja-build clang-format
+build_packages=(
+  build-essential cmake pkg-config ninja-build
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libtomlplusplus-dev
   libpcre2-dev nlohmann-json3-dev  # GPT-2 pre-tokenizer regex; JSON for vocab files and loose JSON
   libssl-dev  # MD5 (OpenSSL EVP) naming the dataset index cache files as Megatron does
-  libhdf5-openmpi-dev hdf5-tools
+  libhdf5-openmpi-dev
   libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake needs OpenCL headers
+)
+test_packages=(
+  git clang-format hdf5-tools
+  libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-h5py python3-torch python3-regex
 )
+
+case "$profile" in
+  main) packages=("${build_packages[@]}") ;;
+  test) packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  *) echo "install-deps.sh: unknown profile '$profile' (use main or test)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -32,7 +45,7 @@ if [ "$(id -u)" -ne 0 ]; then
   sudo_cmd=(sudo)
 fi
 
-echo "install-deps: installing ${missing[*]}" >&2
+echo "install-deps ($profile): installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -4,7 +4,7 @@
 # with the falling loss, validation and test loss, and saving HDF5 checkpoints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh main
 mkdir -p build-release
 cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEGATRON_BUILD_TESTS=OFF > build-release.configure.log 2>&1 \
   || { cat build-release.configure.log; exit 1; }

@@ -3,7 +3,7 @@
 # rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests again there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh test
 
 echo "== build (RelWithDebInfo, warnings as errors)"
 mkdir -p build
