@@ -7,6 +7,8 @@ find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# Unicode categories, normalisation (NFD) and sentence boundaries: WordPiece and preprocess.
+find_package(ICU 72 REQUIRED COMPONENTS uc i18n)
 # PCRE2 ships no CMake config in Debian; its pkg-config file gives an imported target.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)

@@ -11,6 +11,7 @@ build_packages=(
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libtomlplusplus-dev
   libpcre2-dev nlohmann-json3-dev  # GPT-2 pre-tokenizer regex; JSON for vocab files and loose JSON
+  libicu-dev  # Unicode categories, NFD and sentence boundaries (WordPiece, preprocess --split-sentences)
   libssl-dev  # MD5 (OpenSSL EVP) naming the dataset index cache files as Megatron does
   libhdf5-openmpi-dev
   libspdlog-dev libfmt-dev
