@@ -146,7 +146,9 @@ TEST(TokenizerFactory, KnowsGpt2AndNamesWhatIsMissing) {
     make_tokenizer("SentencePiece", {});
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "unknown tokenizer type 'SentencePiece'; supported: GPT2BPETokenizer");
+    EXPECT_STREQ(e.what(),
+                 "unknown tokenizer type 'SentencePiece'; supported: GPT2BPETokenizer, "
+                 "BertWordPieceLowerCase, BertWordPieceCase");
   }
 }
 

@@ -123,42 +123,10 @@ TEST_F(Gpt2Reference, ThreadsEncodeIndependently) {
   EXPECT_EQ(b, expected);
 }
 
-// One line of corpus_token_hashes.txt.
-struct CorpusHash {
-  std::string file;
-  std::size_t tokens;
-  std::string sha256;
-};
+using test::CorpusHash;
 
 std::vector<CorpusHash> corpus_hashes() {
-  std::vector<CorpusHash> out;
-  std::ifstream in(kData / "corpus_token_hashes.txt");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    CorpusHash h;
-    fields >> h.file >> h.tokens >> h.sha256;
-    out.push_back(h);
-  }
-  return out;
-}
-
-std::string sha256_of_ids(const std::vector<TokenId>& ids, const test::ScratchDir& dir) {
-  std::string bytes;
-  for (const TokenId id : ids) {
-    const auto v = static_cast<std::uint32_t>(id);
-    for (int shift = 0; shift < 32; shift += 8)
-      bytes.push_back(static_cast<char>((v >> shift) & 0xFF));
-  }
-  const auto path = dir / "ids.u32le";
-  test::write_file(path, bytes);
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(
-      popen(("sha256sum '" + path.string() + "'").c_str(), "r"), pclose);
-  if (!pipe) throw std::runtime_error("cannot run sha256sum");
-  char digest[65] = {};
-  if (std::fread(digest, 1, 64, pipe.get()) != 64) throw std::runtime_error("sha256sum failed");
-  return digest;
+  return test::read_corpus_hashes(kData / "corpus_token_hashes.txt");
 }
 
 class Gpt2CorpusHash : public Gpt2Reference, public ::testing::WithParamInterface<CorpusHash> {};
@@ -176,7 +144,7 @@ TEST_P(Gpt2CorpusHash, WholeFileIdsMatchReferenceHash) {
   const auto ids = tokenizer_->encode(text);
   EXPECT_EQ(ids.size(), expected.tokens);
   test::ScratchDir dir;
-  EXPECT_EQ(sha256_of_ids(ids, dir), expected.sha256);
+  EXPECT_EQ(test::sha256_of_ids(ids, dir), expected.sha256);
   EXPECT_TRUE(tokenizer_->decode(ids) == text) << "decode(encode(text)) differs from the text";
 }
 

@@ -1,9 +1,13 @@
-// Helpers for the tokenizer tests: file I/O, scratch directories, GPT-2-spelled vocab files.
+// Helpers for the tokenizer tests: file I/O, scratch directories, GPT-2-spelled vocab files,
+// whole-corpus id hashes.
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -13,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "megatron/tokenizer/tokenizer.h"
 #include "tokenizer/gpt2_byte_map.h"
 #include "tokenizer/utf8.h"
 
@@ -67,6 +72,45 @@ inline SmallVocab write_small_vocab(
   write_file(files.vocab_file, vocab.dump());
   write_file(files.merge_file, merge_text);
   return files;
+}
+
+// One line of a corpus_token_hashes.txt: `file n_tokens sha256`.
+struct CorpusHash {
+  std::string file;
+  std::size_t tokens = 0;
+  std::string sha256;
+};
+
+inline std::vector<CorpusHash> read_corpus_hashes(const std::filesystem::path& path) {
+  std::vector<CorpusHash> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    CorpusHash h;
+    fields >> h.file >> h.tokens >> h.sha256;
+    out.push_back(h);
+  }
+  return out;
+}
+
+// sha256 (by the sha256sum tool) of the ids as uint32 little-endian, written under `dir`.
+inline std::string sha256_of_ids(const std::vector<TokenId>& ids, const ScratchDir& dir) {
+  std::string bytes;
+  for (const TokenId id : ids) {
+    const auto v = static_cast<std::uint32_t>(id);
+    for (int shift = 0; shift < 32; shift += 8)
+      bytes.push_back(static_cast<char>((v >> shift) & 0xFF));
+  }
+  const auto path = dir / "ids.u32le";
+  write_file(path, bytes);
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(
+      popen(("sha256sum '" + path.string() + "'").c_str(), "r"), pclose);
+  if (!pipe) throw std::runtime_error("cannot run sha256sum");
+  char digest[65] = {};
+  if (std::fread(digest, 1, 64, pipe.get()) != 64) throw std::runtime_error("sha256sum failed");
+  return digest;
 }
 
 }  // namespace megatron::test

@@ -12,14 +12,12 @@
 
 #include "megatron/tokenizer/tokenizer.h"
 #include "tokenizer/gpt2_pretokenizer.h"
+#include "tokenizer/string_hash.h"
 
 namespace megatron::gpt2 {
 
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using BytesToId = std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>>;
+using StringHash = TransparentStringHash;
+using BytesToId = StringMap<TokenId>;
 
 // A merge of two adjacent tokens: its rank (lower merges first) and the token it makes.
 struct Merge {

@@ -130,6 +130,14 @@ std::string_view Gpt2BpeTokenizer::token_bytes(TokenId id) const {
   return tables_->id_to_bytes[std::size_t(id)];
 }
 
+std::string Gpt2BpeTokenizer::id_to_token(TokenId id) const {
+  static constexpr auto spelling_of = gpt2::byte_to_code_point();
+  std::string token;
+  for (const char byte : token_bytes(id))
+    utf8::append(token, spelling_of[static_cast<unsigned char>(byte)]);
+  return token;
+}
+
 std::optional<TokenId> Gpt2BpeTokenizer::token_to_id(std::string_view token) const {
   std::string bytes;
   std::size_t pos = 0;

@@ -3,6 +3,7 @@
 
 #include "megatron/error.h"
 #include "megatron/tokenizer/gpt2_bpe_tokenizer.h"
+#include "megatron/tokenizer/wordpiece_tokenizer.h"
 
 namespace megatron {
 
@@ -14,14 +15,30 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+std::optional<TokenId> Tokenizer::special_token(SpecialToken) const {
+  return std::nullopt;
+}
+
+std::vector<TokenId> Tokenizer::additional_special_token_ids() const {
+  return {};
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view type, const TokenizerFiles& files) {
   if (type == "GPT2BPETokenizer") {
     if (files.vocab_file.empty()) throw UsageError("GPT2BPETokenizer needs --vocab-file");
     if (files.merge_file.empty()) throw UsageError("GPT2BPETokenizer needs --merge-file");
     return std::make_unique<Gpt2BpeTokenizer>(files.vocab_file, files.merge_file);
   }
+  if (type == "BertWordPieceLowerCase" || type == "BertWordPieceCase") {
+    if (files.vocab_file.empty()) throw UsageError(std::string(type) + " needs --vocab-file");
+    return std::make_unique<WordPieceTokenizer>(files.vocab_file,
+                                                type == "BertWordPieceLowerCase"
+                                                    ? WordPieceTokenizer::Case::lower
+                                                    : WordPieceTokenizer::Case::keep,
+                                                files.vocab_extra_ids);
+  }
   throw UsageError("unknown tokenizer type '" + std::string(type) +
-                   "'; supported: GPT2BPETokenizer");
+                   "'; supported: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase");
 }
 
 std::int64_t padded_vocab_size(std::int64_t vocab_size, std::int64_t divisible_by,

@@ -39,7 +39,13 @@ class Gpt2BpeTokenizer final : public Tokenizer {
 
   using Tokenizer::encode;
   void encode(std::string_view text, std::vector<TokenId>& ids) const override;
+  // Byte sequences that are not valid UTF-8 become U+FFFD, as Python's
+  // bytes.decode("utf-8", errors="replace") does.
   std::string decode(std::span<const TokenId> ids) const override;
+  // GPT-2's printable-unicode spelling, as in encoder.json ("Ġthe").
+  std::string id_to_token(TokenId id) const override;
+  // special_token() keeps the default (none): Megatron's GPT2BPETokenizer exposes only eod;
+  // its cls/sep/pad/mask/bos/eos raise NotImplementedError.
 
   // The raw bytes a token stands for (not GPT-2's printable-unicode spelling).
   std::string_view token_bytes(TokenId id) const;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,6 +13,9 @@
 namespace megatron {
 
 using TokenId = std::int32_t;
+
+// The special tokens a dataset may need by role (Megatron's tokenizer.cls, .sep, ... properties).
+enum class SpecialToken { cls, sep, pad, mask, bos, eos };
 
 // Encoding and decoding are const and safe to call from several threads at once.
 class Tokenizer {
@@ -29,15 +33,30 @@ class Tokenizer {
   virtual void encode(std::string_view text, std::vector<TokenId>& ids) const = 0;
   std::vector<TokenId> encode(std::string_view text) const;
 
-  // Text of `ids`; byte sequences that are not valid UTF-8 become U+FFFD, as Python's
-  // bytes.decode("utf-8", errors="replace") does. Throws Error for an id outside the vocabulary.
+  // Text of `ids` as the type's Megatron detokenize() gives it (see each type). Throws Error for
+  // an id outside the vocabulary.
   virtual std::string decode(std::span<const TokenId> ids) const = 0;
+
+  // The vocabulary's string for one id, as the vocab file spells it (e.g. "##ing", "Ġthe" for
+  // GPT-2). Throws Error for an id outside the vocabulary.
+  virtual std::string id_to_token(TokenId id) const = 0;
+
+  // The id Megatron's tokenizer gives for `role`, or nullopt where Megatron's tokenizer of this
+  // type has none (its property raises NotImplementedError). The default has none.
+  virtual std::optional<TokenId> special_token(SpecialToken role) const;
+
+  // Megatron's additional_special_tokens_ids: the <extra_id_N> sentinel ids, in N order (empty by
+  // default and without --vocab-extra-ids).
+  virtual std::vector<TokenId> additional_special_token_ids() const;
 };
 
-// Files named by --vocab-file and --merge-file (which ones a type needs depends on the type).
+// Files named by --vocab-file and --merge-file (which ones a type needs depends on the type), and
+// --vocab-extra-ids (the <extra_id_N> sentinels the BERT WordPiece types append; GPT-2 ignores it,
+// as Megatron does).
 struct TokenizerFiles {
   std::string vocab_file;
   std::string merge_file;
+  std::int64_t vocab_extra_ids = 0;
 };
 
 // The tokenizer named by Megatron's --tokenizer-type; throws UsageError for an unknown type or a
