@@ -379,8 +379,8 @@ PreprocessOptions parse_options(const std::vector<std::string>& args, bool& help
       ("log-interval", po::value(&o.log_interval)->default_value(1000)->value_name("N"),
        "report progress every N documents")  //
       ("on-bad-line", po::value(&o.on_bad_line)->default_value("skip")->value_name("skip|error"),
-       "a line that is not a JSON object with the keys as strings is reported with its line "
-       "number, then skipped, or refused (exit code 2)")  //
+       "a line that is not a JSON object with the keys as strings or lists of strings is "
+       "reported with its line number, then skipped, or refused (exit code 2)")  //
       ("help,h", "show this help");
   parse_arguments("preprocess", args, description, help);
   if (help) return o;
