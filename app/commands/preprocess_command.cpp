@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@
 #include "commands/commands.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/error.h"
+#include "megatron/tokenizer/sentence_splitter.h"
 #include "megatron/tokenizer/tokenizer.h"
 
 namespace megatron::app {
@@ -35,6 +37,8 @@ struct PreprocessOptions {
   std::string output_prefix;
   std::vector<std::string> json_keys;
   bool append_eod = false;
+  bool split_sentences = false;
+  bool keep_newlines = false;
   std::string tokenizer_type;
   TokenizerFiles tokenizer_files;
   int workers = 1;
@@ -42,8 +46,7 @@ struct PreprocessOptions {
   std::string on_bad_line = "skip";
 };
 
-// One key's document: its tokens and the length of each sentence (one, as there is no sentence
-// splitting, unless the JSON value is a list of sentences).
+// One key's document: its tokens and the length of each of its sentences (sequences).
 struct KeyDocument {
   std::vector<TokenId> tokens;
   std::vector<std::int64_t> lengths;
@@ -66,10 +69,68 @@ std::string json_type(const nlohmann::json& value) {
                                  value.type_name();
 }
 
+// tools/preprocess_data.py hands punkt the text in slices of 1,000,000 characters (code points),
+// so no sentence spans a slice boundary; these are the same slices. `text` is valid UTF-8 (the
+// JSON parser checks it), so code points start at the bytes that are not 10xxxxxx.
+std::vector<std::string_view> megatron_split_slices(std::string_view text) {
+  constexpr std::size_t slice_code_points = 1'000'000;
+  std::vector<std::string_view> slices;
+  std::size_t start = 0, code_points = 0;
+  for (std::size_t pos = 0; pos < text.size(); ++pos) {
+    if ((static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) continue;
+    if (code_points == slice_code_points) {
+      slices.push_back(text.substr(start, pos - start));
+      start = pos, code_points = 0;
+    }
+    ++code_points;
+  }
+  if (start < text.size()) slices.push_back(text.substr(start));
+  return slices;
+}
+
+// The sentences of one key's value. A list of strings is a document already split into
+// sentences, with or without --split-sentences: that is what Megatron's Encoder.encode does with
+// a list, and its --split-sentences first pass writes such lists to <input>_ss.json, then encodes
+// that file. (That first pass itself fails on a list: punkt needs a string. Here the list is
+// simply not split again.) A string is one sentence, or split into sentences with
+// --split-sentences (`splitter` not null). Returns the problem, empty if none.
+std::string key_sentences(const std::string& key, const nlohmann::json& value,
+                          const SentenceSplitter* splitter,
+                          std::vector<std::string_view>& sentences) {
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    if (!splitter) {
+      sentences.push_back(text);
+      return {};
+    }
+    try {
+      for (const std::string_view slice : megatron_split_slices(text)) {
+        for (const std::string_view sentence : splitter->split(slice))
+          sentences.push_back(sentence);
+      }
+    } catch (const Error& e) {
+      return "\"" + key + "\": " + e.what();
+    }
+    return {};
+  }
+  if (value.is_array()) {
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      const auto& sentence = value[i];
+      if (!sentence.is_string()) {
+        return "\"" + key + "\"[" + std::to_string(i) + "] is " + json_type(sentence) +
+               ", expected a string";
+      }
+      sentences.push_back(sentence.get_ref<const std::string&>());
+    }
+    return {};
+  }
+  return "\"" + key + "\" is " + json_type(value) + ", expected a string or a list of strings";
+}
+
 // tools/preprocess_data.py's Encoder.encode: each sentence tokenized, empty ones dropped, EOD
 // appended to the last sentence of a non-empty document.
 EncodedLine encode_line(const std::string& line, const PreprocessOptions& options,
-                        const Tokenizer& tokenizer) {
+                        const Tokenizer& tokenizer, const SentenceSplitter* splitter) {
   EncodedLine result;
   nlohmann::json record;
   try {
@@ -92,29 +153,14 @@ EncodedLine encode_line(const std::string& line, const PreprocessOptions& option
       result.problem = "no key \"" + key + "\"";
       return result;
     }
-    std::vector<const std::string*> sentences;
-    if (value->is_string()) {
-      sentences.push_back(value->get_ptr<const std::string*>());
-    } else if (value->is_array()) {
-      for (std::size_t i = 0; i < value->size(); ++i) {
-        const auto& sentence = (*value)[i];
-        if (!sentence.is_string()) {
-          result.problem = "\"" + key + "\"[" + std::to_string(i) + "] is " + json_type(sentence) +
-                           ", expected a string";
-          return result;
-        }
-        sentences.push_back(sentence.get_ptr<const std::string*>());
-      }
-    } else {
-      result.problem =
-          "\"" + key + "\" is " + json_type(*value) + ", expected a string or a list of strings";
-      return result;
-    }
+    std::vector<std::string_view> sentences;
+    result.problem = key_sentences(key, *value, splitter, sentences);
+    if (!result.problem.empty()) return result;
     KeyDocument document;
-    for (const std::string* sentence : sentences) {
+    for (const std::string_view sentence : sentences) {
       const std::size_t before = document.tokens.size();
       try {
-        tokenizer.encode(*sentence, document.tokens);
+        tokenizer.encode(sentence, document.tokens);
       } catch (const Error& e) {
         result.problem = "\"" + key + "\": " + e.what();
         return result;
@@ -222,8 +268,9 @@ class Progress {
 // live as long as the encoder, so each keeps its tokenizer cache warm from batch to batch.
 class BatchEncoder {
  public:
-  BatchEncoder(const PreprocessOptions& options, const Tokenizer& tokenizer)
-      : options_(options), tokenizer_(tokenizer) {
+  BatchEncoder(const PreprocessOptions& options, const Tokenizer& tokenizer,
+               const SentenceSplitter* splitter)
+      : options_(options), tokenizer_(tokenizer), splitter_(splitter) {
     for (int w = 1; w < options.workers; ++w)
       helpers_.emplace_back([this] { help(); });
   }
@@ -272,7 +319,7 @@ class BatchEncoder {
   void work() {
     try {
       for (std::size_t i = next_++; i < lines_->size(); i = next_++)
-        (*results_)[i] = encode_line((*lines_)[i], options_, tokenizer_);
+        (*results_)[i] = encode_line((*lines_)[i], options_, tokenizer_, splitter_);
     } catch (...) {
       next_ = lines_->size();  // the others stop too
       const std::lock_guard lock(mutex_);
@@ -282,6 +329,7 @@ class BatchEncoder {
 
   const PreprocessOptions& options_;
   const Tokenizer& tokenizer_;
+  const SentenceSplitter* splitter_;  // null without --split-sentences
   std::mutex mutex_;
   std::condition_variable batch_ready_, batch_done_;
   std::uint64_t batch_ = 0;
@@ -307,12 +355,19 @@ PreprocessOptions parse_options(const std::vector<std::string>& args, bool& help
       ("input", po::value(&o.input)->required()->value_name("FILE"),
        "loose JSON: one JSON object per line")  //
       ("output-prefix", po::value(&o.output_prefix)->required()->value_name("P"),
-       "writes P_{key}_document.bin and .idx for each JSON key")  //
+       "writes P_{key}_document.bin and .idx for each JSON key (P_{key}_sentence.* with "
+       "--split-sentences)")  //
       ("json-keys",
        po::value(&o.json_keys)->multitoken()->default_value({"text"}, "text")->value_name("KEY..."),
-       "keys to extract; each one makes its own dataset")  //
+       "keys to extract; each one makes its own dataset. A key's value is a text or a list of "
+       "texts, each of which is one sentence (sequence)")  //
+      ("split-sentences", po::bool_switch(&o.split_sentences),
+       "split each text into sentences (one sequence each) with ICU's English sentence rules; "
+       "lists are taken as already split")  //
+      ("keep-newlines", po::bool_switch(&o.keep_newlines),
+       "with --split-sentences: each sentence keeps the whitespace and newlines that follow it")  //
       ("append-eod", po::bool_switch(&o.append_eod),
-       "append the end-of-document token to every non-empty document")  //
+       "append the end-of-document token to the last sentence of every non-empty document")  //
       ("tokenizer-type", po::value(&o.tokenizer_type)->required()->value_name("TYPE"),
        "GPT2BPETokenizer")  //
       ("vocab-file", po::value(&o.tokenizer_files.vocab_file)->value_name("FILE"),
@@ -324,8 +379,8 @@ PreprocessOptions parse_options(const std::vector<std::string>& args, bool& help
       ("log-interval", po::value(&o.log_interval)->default_value(1000)->value_name("N"),
        "report progress every N documents")  //
       ("on-bad-line", po::value(&o.on_bad_line)->default_value("skip")->value_name("skip|error"),
-       "a line that is not a JSON object with the keys as strings is reported with its line "
-       "number, then skipped, or refused (exit code 2)")  //
+       "a line that is not a JSON object with the keys as strings or lists of strings is "
+       "reported with its line number, then skipped, or refused (exit code 2)")  //
       ("help,h", "show this help");
   parse_arguments("preprocess", args, description, help);
   if (help) return o;
@@ -342,11 +397,17 @@ PreprocessOptions parse_options(const std::vector<std::string>& args, bool& help
                      o.on_bad_line + "'");
   }
   if (o.json_keys.empty()) throw UsageError("megatron-app preprocess: --json-keys: no key given");
+  // Megatron accepts --keep-newlines alone and ignores it; here that mistake is pointed out.
+  if (o.keep_newlines && !o.split_sentences) {
+    throw UsageError(
+        "megatron-app preprocess: --keep-newlines applies to sentence splitting; add "
+        "--split-sentences (or drop --keep-newlines)");
+  }
   return o;
 }
 
 struct Totals {
-  std::uint64_t documents = 0, tokens = 0, bytes = 0, bad_lines = 0;
+  std::uint64_t documents = 0, sentences = 0, tokens = 0, bytes = 0, bad_lines = 0;
 };
 
 Totals preprocess(std::istream& in, const PreprocessOptions& options, const Tokenizer& tokenizer,
@@ -367,7 +428,9 @@ Totals preprocess(std::istream& in, const PreprocessOptions& options, const Toke
   Progress progress(options.log_interval, size_error ? 0 : input_bytes);
   Totals totals;
   std::size_t line_number = 0;
-  BatchEncoder encoder(options, tokenizer);
+  std::optional<SentenceSplitter> splitter;
+  if (options.split_sentences) splitter.emplace(options.keep_newlines);
+  BatchEncoder encoder(options, tokenizer, splitter ? &*splitter : nullptr);
   std::vector<std::string> lines;
   std::string line;
   while (in) {
@@ -394,6 +457,7 @@ Totals preprocess(std::istream& in, const PreprocessOptions& options, const Toke
       for (std::size_t k = 0; k < writers.size(); ++k) {
         writers[k]->add_document(result.documents[k].tokens, result.documents[k].lengths);
         totals.tokens += result.documents[k].tokens.size();
+        totals.sentences += result.documents[k].lengths.size();
       }
       progress.document_done(++totals.documents, totals.bytes);
       progress.draw_bar();
@@ -413,7 +477,8 @@ int run_preprocess(MpiRuntime& runtime, const std::vector<std::string>& args) {
   po::options_description description(
       "megatron-app preprocess --input FILE --output-prefix P --tokenizer-type TYPE --workers N\n"
       "Tokenizes loose JSON (one object per line) into Megatron's indexed dataset\n"
-      "P_{key}_document.bin/.idx, byte-compatible with Megatron-LM's tools/preprocess_data.py.\n"
+      "P_{key}_document.bin/.idx (P_{key}_sentence.bin/.idx with --split-sentences),\n"
+      "byte-compatible with Megatron-LM's tools/preprocess_data.py.\n"
       "Example:\n"
       "  megatron-app preprocess --input data/austen_chapters.jsonl --output-prefix data/austen "
       "\\\n"
@@ -437,9 +502,10 @@ int run_preprocess(MpiRuntime& runtime, const std::vector<std::string>& args) {
   const auto tokenizer = make_tokenizer(options.tokenizer_type, options.tokenizer_files);
   const auto start = Clock::now();  // rates below are for tokenizing and writing only
   std::vector<std::unique_ptr<OutputFiles>> outputs;
+  const std::string level = options.split_sentences ? "sentence" : "document";
   for (const auto& key : options.json_keys)
     outputs.push_back(
-        std::make_unique<OutputFiles>(options.output_prefix + "_" + key + "_document"));
+        std::make_unique<OutputFiles>(options.output_prefix + "_" + key + "_" + level));
 
   Totals totals;
   try {
@@ -452,10 +518,12 @@ int run_preprocess(MpiRuntime& runtime, const std::vector<std::string>& args) {
 
   const double seconds =
       std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+  const std::string sentences =
+      options.split_sentences ? fmt::format("{} sentences, ", totals.sentences) : "";
   std::cout << fmt::format(
-      "preprocess: {} documents, {} tokens in {:.2f} s ({:.0f} tokens/s, {:.2f} MB/s); {} bad "
+      "preprocess: {} documents, {}{} tokens in {:.2f} s ({:.0f} tokens/s, {:.2f} MB/s); {} bad "
       "lines skipped\n",
-      totals.documents, totals.tokens, seconds, totals.tokens / seconds,
+      totals.documents, sentences, totals.tokens, seconds, totals.tokens / seconds,
       totals.bytes / seconds / 1024 / 1024, totals.bad_lines);
   for (const auto& output : outputs) {
     for (const auto& path : {bin_path(output->prefix()), idx_path(output->prefix())}) {
