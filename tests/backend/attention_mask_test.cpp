@@ -380,27 +380,25 @@ TEST_P(AttentionMaskTest, RejectsBadKeyPaddingMasks) {
     p.key_padding_mask = mask;
     be().attention_forward(q, k, v, p, out, lse);
   };
-  const Tensor none = padding_mask(2, 6, [](std::int64_t, std::int64_t) { return false; });
+  auto unpadded = [](std::int64_t batch, std::int64_t seq_k) {
+    return padding_mask(batch, seq_k, [](std::int64_t, std::int64_t) { return false; });
+  };
+  const std::string wrong_shape =
+      "key_padding_mask must have shape [2, 6] (batch of q, keys of k), got uint8";
 
   expect_error_message(
       [&] {
         forward_with(upload(random_tensor({2, 6}, f32, 4)));
       },
       "attention_forward: key_padding_mask must be uint8, got float32[2, 6] on " + here);
-  expect_error_message(
-      [&] { forward_with(upload(padding_mask(2, 7, [](auto, auto) { return false; }))); },
-      "attention_forward: key_padding_mask must have shape [2, 6] (batch of q, "
-      "keys of k), got uint8[2, 7] on " +
-          here);
+  expect_error_message([&] { forward_with(upload(unpadded(2, 7))); },
+                       "attention_forward: " + wrong_shape + "[2, 7] on " + here);
   expect_error_message(
       [&] {
-        forward_with(upload(none).view({2, 1, 6}));
+        forward_with(upload(unpadded(2, 6)).view({2, 1, 6}));
       },
-      "attention_forward: key_padding_mask must have shape [2, 6] (batch of q, "
-      "keys of k), got uint8[2, 1, 6] on " +
-          here);
-  const Tensor transposed =
-      upload(padding_mask(6, 2, [](auto, auto) { return false; })).transpose(0, 1);
+      "attention_forward: " + wrong_shape + "[2, 1, 6] on " + here);
+  const Tensor transposed = upload(unpadded(6, 2)).transpose(0, 1);
   expect_error_message(
       [&] { forward_with(transposed); },
       "attention_forward: key_padding_mask uint8[2, 6] on " + here + " must be contiguous");
@@ -414,15 +412,13 @@ TEST_P(AttentionMaskTest, RejectsBadKeyPaddingMasks) {
           here);
 
   AttentionParams good = c.params();
-  good.key_padding_mask = upload(none);
+  good.key_padding_mask = upload(unpadded(2, 6));
   be().attention_forward(q, k, v, good, out, lse);
   Tensor dq = empty(c.q_shape(), f32), dk = empty(c.kv_shape(), f32), dv = empty(c.kv_shape(), f32);
   AttentionParams bad = good;
-  bad.key_padding_mask = upload(padding_mask(3, 6, [](auto, auto) { return false; }));
+  bad.key_padding_mask = upload(unpadded(3, 6));
   expect_error_message([&] { be().attention_backward(out, q, k, v, out, lse, bad, dq, dk, dv); },
-                       "attention_backward: key_padding_mask must have shape [2, 6] (batch of "
-                       "q, keys of k), got uint8[3, 6] on " +
-                           here);
+                       "attention_backward: " + wrong_shape + "[3, 6] on " + here);
 }
 
 MEGATRON_INSTANTIATE_BACKENDS(AttentionMaskTest);
