@@ -1,9 +1,11 @@
 // Fused attention speed and memory: CpuBackend::attention_forward/backward at B=1, S=1024, H=12,
 // D=64, causal, f32 (ms and GFLOP/s), and peak extra resident memory of forward+backward for
 // growing S (linear for a tiled kernel; a materialised S x S matrix would grow quadratically).
-// Compare with bench/attention_torch.py (PyTorch math attention) run in the same session.
+// Compare with bench/attention_torch.py (PyTorch math attention) run in the same session. Also
+// bidirectional attention (BERT-like, B=4, S=512) without and with a key padding mask whose samples
+// keep 512, 384, 256 and 128 keys: padding tiles are skipped, so the rate stays about the same.
 //
-// FLOP convention: only causally visible (query, key) pairs count, S (S + 1) / 2 per head, at
+// FLOP convention: only visible (query, key) pairs count (causal: S (S + 1) / 2 per head), at
 // 4 D FLOPs per pair forward (QK^T and PV) and 8 D backward (dV, dP, dQ, dK). The kernel's
 // recomputation of QK^T in backward (and its second pass when dq is not fused) is not credited,
 // so the rate is "useful" work, the same count used for PyTorch.
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 
@@ -41,7 +44,7 @@ Tensor sbhd_view(const Shape& s) {
 }
 
 struct Problem {
-  explicit Problem(const Shape& shape)
+  explicit Problem(const Shape& shape, bool causal = true)
       : s(shape),
         q(sbhd_view(s)),
         k(sbhd_view(s)),
@@ -59,7 +62,16 @@ struct Problem {
     for (Tensor* t : {&out, &dq, &dk, &dv, &lse})
       backend().fill(*t, 0);
     params.scale = 0.125f;  // 1 / sqrt(64)
-    params.causal = true;
+    params.causal = causal;
+  }
+  // Sample b keeps its first lengths[b] keys; the rest are padding.
+  void pad_right(const std::vector<std::int64_t>& lengths) {
+    std::vector<std::uint8_t> flags(static_cast<std::size_t>(s.batch * s.seq));
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      for (std::int64_t j = 0; j < s.seq; ++j)
+        flags[static_cast<std::size_t>(b * s.seq + j)] = j >= lengths[b] ? 1 : 0;
+    }
+    params.key_padding_mask = Tensor::from(flags, {s.batch, s.seq});
   }
   static megatron::Backend& backend() { return megatron::backend_for(megatron::Device::cpu()); }
   void forward() { backend().attention_forward(q, k, v, params, out, lse); }
@@ -71,6 +83,8 @@ struct Problem {
 };
 
 const Shape kGpt2Small{1, 1024, 12, 64};
+const Shape kBertBatch{4, 512, 12, 64};
+const std::vector<std::int64_t> kBertLengths{512, 384, 256, 128};
 
 void label(benchmark::State& state) {
   state.SetLabel(std::string("isa=") + megatron::cpu::attention::kernels_f32().isa +
@@ -107,6 +121,31 @@ void BM_AttentionForwardBackward(benchmark::State& state) {
     p.backward();
   }
   rate(state, 12.0 * kGpt2Small.dim * visible_pairs(kGpt2Small));
+}
+
+// Bidirectional forward + backward; `padded`: with kBertLengths as the key padding mask.
+void bidirectional(benchmark::State& state, bool padded) {
+  Problem p(kBertBatch, false);
+  double pairs = static_cast<double>(kBertBatch.batch * kBertBatch.heads * kBertBatch.seq) *
+                 static_cast<double>(kBertBatch.seq);
+  if (padded) {
+    p.pad_right(kBertLengths);
+    pairs = 0;
+    for (std::int64_t length : kBertLengths)
+      pairs += static_cast<double>(kBertBatch.heads * kBertBatch.seq * length);
+  }
+  label(state);
+  for (auto _ : state) {
+    p.forward();
+    p.backward();
+  }
+  rate(state, 12.0 * kBertBatch.dim * pairs);
+}
+void BM_AttentionBidirectionalForwardBackward(benchmark::State& state) {
+  bidirectional(state, false);
+}
+void BM_AttentionPaddedForwardBackward(benchmark::State& state) {
+  bidirectional(state, true);
 }
 
 // Resident-set figures from /proc/self/status, in bytes (0 where unavailable).
@@ -155,6 +194,8 @@ void BM_AttentionPeakMemory(benchmark::State& state) {
 BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionBidirectionalForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionPaddedForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionPeakMemory)
     ->Arg(1024)
     ->Arg(2048)

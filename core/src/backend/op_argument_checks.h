@@ -79,8 +79,21 @@ inline void check_attention_bshd(const char* op, const char* name, const Tensor&
   check_last_dim_contiguous(op, name, t);
 }
 
-// q (B, Sq, Hq, D) f32/f64, k and v (B, Sk, Hkv, D) with Hq a multiple of Hkv, a finite scale and
-// dropout_p in [0, 1); returns the sizes.
+// params.key_padding_mask, when given: (B, Sk) u8, contiguous, on `device`.
+inline void check_key_padding_mask(const char* op, const Tensor& mask, const AttentionShapes& s,
+                                   Device device) {
+  constexpr const char* name = "key_padding_mask";
+  check_device(op, name, mask, device);
+  check_dtype(op, name, mask, {DType::u8});
+  if (mask.dim() != 2 || mask.size(0) != s.batch || mask.size(1) != s.seq_k) {
+    fail(op, std::string(name) + " must have shape [" + std::to_string(s.batch) + ", " +
+                 std::to_string(s.seq_k) + "] (batch of q, keys of k), got " + mask.describe());
+  }
+  check_contiguous(op, name, mask);
+}
+
+// q (B, Sq, Hq, D) f32/f64, k and v (B, Sk, Hkv, D) with Hq a multiple of Hkv, a finite scale,
+// dropout_p in [0, 1) and an optional key padding mask; returns the sizes.
 inline AttentionShapes check_attention_args(const char* op, const Tensor& q, const Tensor& k,
                                             const Tensor& v, const AttentionParams& params,
                                             Device device) {
@@ -108,6 +121,9 @@ inline AttentionShapes check_attention_args(const char* op, const Tensor& q, con
   }
   if (!(params.dropout_p >= 0.0f && params.dropout_p < 1.0f)) {
     fail(op, "dropout_p must be in [0, 1), got " + std::to_string(params.dropout_p));
+  }
+  if (params.key_padding_mask.defined()) {
+    check_key_padding_mask(op, params.key_padding_mask, s, device);
   }
   return s;
 }

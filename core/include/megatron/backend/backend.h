@@ -33,7 +33,12 @@ struct AttentionParams {
   bool causal = true;       // query i sees keys j <= i + (Sk - Sq) (bottom-right aligned)
   float dropout_p = 0;      // on the attention probabilities
   std::uint64_t seed = 0;   // dropout stream: element (b, h, i, j) uses Philox index
-  std::uint64_t offset = 0; //   offset + ((b * Hq + h) * Sq + i) * Sk + j
+  std::uint64_t offset = 0; //   offset + ((b * Hq + h) * Sq + i) * Sk + j, whatever is masked
+  // Per-sample key padding (BERT, T5 encoder and cross-attention): (B, Sk) u8 (bool stored as
+  // u8), contiguous, on the backend's device; non-zero = key j of sample b is padding and no
+  // query of that sample sees it (Megatron's convention, True = masked). Applies together with
+  // `causal`. Undefined (the default) = no padding. Backward must get the same mask as forward.
+  Tensor key_padding_mask;
 };
 
 struct AdamParams {
@@ -134,8 +139,9 @@ class Backend {
   // ---- attention (computed tile by tile; never materialises Sq x Sk) -----------------------
   // q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D) with Hq % Hkv == 0 (query head h reads kv head
   // h / (Hq / Hkv)); out (B, Sq, Hq, D); lse (B, Hq, Sq) f32 (f64 for f64 inputs) = log-sum-exp
-  // of the scaled scores, saved for backward; -inf (and a zero output row) for a query that sees
-  // no key.
+  // of the scaled scores of the keys a query sees, saved for backward. A query that sees no key
+  // (all excluded by causality and/or key_padding_mask) gets a zero output row and lse = -inf,
+  // and in backward a zero dq row and no share of dk, dv.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const AttentionParams& params, Tensor& out, Tensor& lse) = 0;
   // dq, dk, dv overwritten; same shapes as q, k, v.

@@ -178,6 +178,10 @@ Problem<T> make_problem(const Shapes& s, const AttentionParams& params, const Te
   p.causal = params.causal;
   p.dropout_p = params.dropout_p;
   p.seed = params.seed, p.offset = params.offset;
+  const Tensor& padding = params.key_padding_mask;  // checked: (B, Sk) u8, contiguous
+  if (padding.defined() && padding.numel() > 0) {
+    p.key_padding = static_cast<const std::uint8_t*>(padding.raw_data());
+  }
   p.q = bshd<const T>(q), p.k = bshd<const T>(k), p.v = bshd<const T>(v);
   return p;
 }

@@ -52,6 +52,9 @@ struct Problem {
   bool causal = false;
   float dropout_p = 0;
   std::uint64_t seed = 0, offset = 0;
+  // Key padding, (B, Sk) row-major: key j of sample b is excluded when key_padding[b * seq_k + j]
+  // is non-zero; null when no key is padding.
+  const std::uint8_t* key_padding = nullptr;
 
   Bshd<const T> q, k, v;
   Panels<T> k_t;  // always
@@ -72,6 +75,10 @@ struct Problem {
     if (!causal) return seq_k;
     const std::int64_t end = query_end + key_shift();
     return end < 0 ? 0 : (end > seq_k ? seq_k : end);
+  }
+  // The padding flags of keys [k0, ...) of sample b, or null when there is no padding.
+  const std::uint8_t* padding_from(std::int64_t b, std::int64_t k0) const {
+    return key_padding ? key_padding + b * seq_k + k0 : nullptr;
   }
 };
 

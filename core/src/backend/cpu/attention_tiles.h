@@ -258,8 +258,9 @@ std::size_t scratch_elements(const Problem<T>& p) {
   const std::int64_t align = Carver<T>::kAlign;
   const std::int64_t tile = round_up(kBlockQ * kBlockK, align);
   const std::int64_t rows = round_up(max_of(kBlockQ, kBlockK) * padded_head_dim(p), align);
-  const std::int64_t vectors = 2 * round_up(max_of(kBlockQ, kBlockK), align);
-  // The largest user is backward_kv_block: 5 tiles, 4 row blocks, 2 short vectors.
+  const std::int64_t vectors = 3 * round_up(max_of(kBlockQ, kBlockK), align);
+  // backward_kv_block needs the most: 5 tiles, 4 row blocks, 2 short vectors; forward_block and
+  // backward_q_block take at most 3 tiles, 2 row blocks and 3 short vectors.
   return static_cast<std::size_t>(5 * tile + 4 * rows + vectors + align);
 }
 
@@ -298,24 +299,57 @@ std::uint64_t dropout_index(const Problem<T>& p, std::int64_t b, std::int64_t h,
   return p.offset + static_cast<std::uint64_t>(((b * p.heads_q + h) * p.seq_q + i) * p.seq_k + j);
 }
 
+// ---- key padding ------------------------------------------------------------------------------
+
+// How many keys of a tile are padding: none, some or all (all: the tile is skipped).
+enum class TilePadding { none, some, all };
+
+inline TilePadding tile_padding(const std::uint8_t* padding, std::int64_t cols) {
+  if (padding == nullptr) return TilePadding::none;
+  std::int64_t padded = 0;
+  for (std::int64_t c = 0; c < cols; ++c)
+    padded += padding[c] != 0;
+  return padded == 0 ? TilePadding::none : (padded == cols ? TilePadding::all : TilePadding::some);
+}
+
+// The padding of a tile's `cols` keys as T flags (1 = excluded) in vector-friendly form, 0 up to
+// cols_pad (columns past cols are cut off by the callers' `visible` anyway).
+template <class T>
+const T* padding_flags(const std::uint8_t* padding, std::int64_t cols, std::int64_t cols_pad,
+                       T* flags) {
+  for (std::int64_t c = 0; c < cols_pad; ++c)
+    flags[c] = c < cols && padding[c] != 0 ? T(1) : T(0);
+  return flags;
+}
+
 // ---- forward ----------------------------------------------------------------------------------
 
 // One row of the online softmax: turns the raw scores s[0, width) into probabilities relative to
-// the updated running max (0 past `visible`), rescales the running sum and output accumulator.
+// the updated running max (0 past `visible` and where `excluded` (padding flags, may be null) is
+// set), rescales the running sum and output accumulator.
 template <class T>
-void online_softmax_row(T* s, std::int64_t width, std::int64_t visible, T scale, T& running_max,
-                        T& running_sum, T* acc, std::int64_t acc_width) {
+void online_softmax_row(T* s, std::int64_t width, std::int64_t visible, const T* excluded, T scale,
+                        T& running_max, T& running_sum, T* acc, std::int64_t acc_width) {
   constexpr std::int64_t W = kLanes<T>;
   const std::int64_t whole = visible / W * W;  // vectors entirely visible
   Vec<T> vmx = splat(-kInf<T>);
-  for (std::int64_t c = 0; c < whole; c += W) {
-    const Vec<T> x = load(s + c) * scale;
-    store(s + c, x);
-    vmx = vmax<T>(vmx, x);
+  if (excluded == nullptr) {
+    for (std::int64_t c = 0; c < whole; c += W) {
+      const Vec<T> x = load(s + c) * scale;
+      store(s + c, x);
+      vmx = vmax<T>(vmx, x);
+    }
+  } else {
+    for (std::int64_t c = 0; c < whole; c += W) {
+      const Vec<T> x = load(excluded + c) != Vec<T>{} ? splat(-kInf<T>) : load(s + c) * scale;
+      store(s + c, x);
+      vmx = vmax<T>(vmx, x);
+    }
   }
   T block_max = hmax<T>(vmx);
   for (std::int64_t c = whole; c < width; ++c) {
-    s[c] = c < visible ? s[c] * scale : -kInf<T>;
+    const bool sees = c < visible && (excluded == nullptr || excluded[c] == T(0));
+    s[c] = sees ? s[c] * scale : -kInf<T>;
     block_max = s[c] > block_max ? s[c] : block_max;
   }
   const T new_max = block_max > running_max ? block_max : running_max;
@@ -351,6 +385,7 @@ void forward_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int
   T* v_pack = carve.take(kBlockK * dim_pad);
   T* running_max = carve.take(kBlockQ);
   T* running_sum = carve.take(kBlockQ);
+  T* flags = carve.take(kBlockK);
   for (std::int64_t i = 0; i < rows * dim_pad; ++i)
     acc[i] = 0;
   for (std::int64_t r = 0; r < rows; ++r)
@@ -361,6 +396,11 @@ void forward_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int
   for (std::int64_t k0 = 0; k0 < key_end; k0 += kBlockK) {
     const std::int64_t cols = min_of(kBlockK, key_end - k0);
     const std::int64_t cols_pad = round_up(cols, kLanes<T>);
+    const std::uint8_t* padding = p.padding_from(b, k0);
+    const TilePadding padded = tile_padding(padding, cols);
+    if (padded == TilePadding::all) continue;  // adds nothing to any row
+    const T* excluded =
+        padded == TilePadding::some ? padding_flags(padding, cols, cols_pad, flags) : nullptr;
     const T* k_t = p.k_t.panel(b, hk, k0 / kBlockK);
     gemm<T, false>(rows, cols_pad, dim, q_rows, p.q.seq_stride, k_t, kBlockK, s, cols_pad);
     std::int64_t widest = 0;
@@ -369,8 +409,8 @@ void forward_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int
           p.causal ? clamp_to(q0 + r + p.key_shift() - k0 + 1, 0, cols) : cols;
       widest = max_of(widest, visible);
       T* s_row = s + r * cols_pad;
-      online_softmax_row(s_row, cols_pad, visible, p.scale, running_max[r], running_sum[r],
-                         acc + r * dim_pad, dim_pad);
+      online_softmax_row(s_row, cols_pad, visible, excluded, p.scale, running_max[r],
+                         running_sum[r], acc + r * dim_pad, dim_pad);
       if (p.dropout_p > 0) {
         DropoutStream<T> dropout(p.seed, p.dropout_p);
         const std::uint64_t base = dropout_index(p, b, h, q0 + r, k0);
@@ -448,11 +488,16 @@ void backward_kv_block(const Problem<T>& p, std::int64_t b, std::int64_t hk, std
   for (std::int64_t i = 0; i < cols * dim_pad; ++i)
     dk_acc[i] = 0, dv_acc[i] = 0;
 
+  // Padding keys get no gradient; a block of them only has its zeros to write.
+  const std::uint8_t* padding = p.padding_from(b, k0);
+  const TilePadding padded = tile_padding(padding, cols);
+  if (padded == TilePadding::none) padding = nullptr;
   const T* k_rows = p.k.row(b, k0, hk);
   const T* v_rows = p.v.row(b, k0, hk);
   // The query block holding the first query that sees key k0; earlier ones see none of this block.
   const std::int64_t q_begin = p.causal ? max_of(0, k0 - p.key_shift()) / kBlockQ * kBlockQ : 0;
-  for (std::int64_t g = 0; g < p.group(); ++g) {
+  const std::int64_t groups = padded == TilePadding::all ? 0 : p.group();
+  for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t h = hk * p.group() + g;
     for (std::int64_t i0 = q_begin; i0 < p.seq_q; i0 += kBlockQ) {
       const std::int64_t rows = min_of(kBlockQ, p.seq_q - i0);  // queries: the columns
@@ -469,6 +514,11 @@ void backward_kv_block(const Problem<T>& p, std::int64_t b, std::int64_t hk, std
       gemm<T, false>(cols, rows_pad, dim, k_rows, p.k.seq_stride, q_t, kBlockQ, s_t, rows_pad);
       for (std::int64_t j = 0; j < cols; ++j) {
         T* prob = p_t + j * rows_pad;
+        if (padding != nullptr && padding[j] != 0) {  // no query sees it
+          for (std::int64_t c = 0; c < rows_pad; ++c)
+            prob[c] = 0;
+          continue;
+        }
         const T* score = s_t + j * rows_pad;
         for (std::int64_t c = 0; c < rows_pad; c += W) {
           store(prob + c, vexp(load(score + c) * p.scale - load(lse_cols + c)));
@@ -543,6 +593,7 @@ void backward_q_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::
   T* dp = carve.take(kBlockQ * kBlockK);
   T* dq_acc = carve.take(kBlockQ * dim_pad);
   T* k_pack = carve.take(kBlockK * dim_pad);
+  T* flags = carve.take(kBlockK);
   for (std::int64_t i = 0; i < rows * dim_pad; ++i)
     dq_acc[i] = 0;
 
@@ -552,6 +603,11 @@ void backward_q_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::
   for (std::int64_t k0 = 0; k0 < key_end; k0 += kBlockK) {
     const std::int64_t cols = min_of(kBlockK, key_end - k0);
     const std::int64_t cols_pad = round_up(cols, W);
+    const std::uint8_t* padding = p.padding_from(b, k0);
+    const TilePadding padded = tile_padding(padding, cols);
+    if (padded == TilePadding::all) continue;  // P = 0 on the whole tile
+    const T* excluded =
+        padded == TilePadding::some ? padding_flags(padding, cols, cols_pad, flags) : nullptr;
     const T* k_rows = p.k.row(b, k0, hk);
     const T* k_t = p.k_t.panel(b, hk, k0 / kBlockK);
     const T* v_t = p.v_t.panel(b, hk, k0 / kBlockK);
@@ -564,8 +620,15 @@ void backward_q_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::
       widest = max_of(widest, visible);
       T* row = s + r * cols_pad;
       const T lse = lse_for_backward(p, b, h, q0 + r);
-      for (std::int64_t c = 0; c < cols_pad; c += W) {
-        store(row + c, vexp(load(row + c) * p.scale - lse));
+      if (excluded == nullptr) {
+        for (std::int64_t c = 0; c < cols_pad; c += W) {
+          store(row + c, vexp(load(row + c) * p.scale - lse));
+        }
+      } else {  // a select, not a product: exp of an excluded score may overflow
+        for (std::int64_t c = 0; c < cols_pad; c += W) {
+          const Vec<T> prob = vexp(load(row + c) * p.scale - lse);
+          store(row + c, load(excluded + c) != Vec<T>{} ? Vec<T>{} : prob);
+        }
       }
       for (std::int64_t c = visible; c < cols_pad; ++c)
         row[c] = 0;

@@ -2,7 +2,9 @@
 // backend's algorithm (cpu/attention_tiles.h) step for step: online softmax over key tiles,
 // lse = max + log(sum) saved, rows that see no key give zero output and lse = -inf; backward
 // recomputes P = exp(scale * q.k - lse) and uses rowsum(dout * out). Causal masking is bottom-right
-// aligned, heads are grouped (GQA), dropout uses AttentionParams' Philox indexing.
+// aligned, padding keys (AttentionParams::key_padding_mask) are excluded like causally hidden ones
+// and tiles of nothing but padding are skipped, heads are grouped (GQA), dropout uses
+// AttentionParams' Philox indexing.
 //
 // Why hand-written rather than cuDNN's fused attention: cuDNN's SDPA takes only fp16/bf16 (this op
 // is f32/f64), draws its dropout mask from its own RNG (not the documented Philox stream, so
@@ -58,6 +60,12 @@ struct Problem {
   bool causal;
   float dropout_p;
   std::uint64_t seed, offset;
+  const std::uint8_t* key_padding;  // (B, Sk), non-zero = excluded key; null when none
+
+  // Whether key j of sample b is padding.
+  __device__ bool padded(std::int64_t b, std::int64_t j) const {
+    return key_padding != nullptr && key_padding[b * seq_k + j] != 0;
+  }
 
   __device__ std::int64_t group() const { return heads_q / heads_kv; }
   // Bottom-right causal alignment: query i sees keys j <= i + key_shift().
@@ -122,8 +130,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   T running_max = negative_infinity<T>(), running_sum = T(0);
 
   for (std::int64_t k0 = 0; k0 < key_end; k0 += kTile) {
-    __syncthreads();  // the previous tile is consumed
     const std::int64_t cols = min(std::int64_t(kTile), key_end - k0);
+    // The previous tile is consumed; a tile of nothing but padding adds nothing to any row.
+    if (!__syncthreads_or(threadIdx.x < cols && !p.padded(b, k0 + threadIdx.x))) continue;
     for (int e = threadIdx.x; e < kTile * dim; e += blockDim.x) {
       const int t = e / dim, d = e % dim;
       k_s[t * ld + d] = t < cols ? k.row(b, k0 + t, hk)[d] : T(0);
@@ -132,7 +141,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();
     if (!active) continue;
     const std::int64_t j = k0 + lane;
-    const bool sees = lane < kTile && j < visible;
+    const bool sees = lane < kTile && j < visible && !p.padded(b, j);
     const T s = sees ? dot(q_s + warp * dim, k_s + lane * ld, dim) * scale : negative_infinity<T>();
     const T tile_max = warp_max(s);
     const T new_max = tile_max > running_max ? tile_max : running_max;
@@ -217,8 +226,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     acc[c] = T(0);
 
   for (std::int64_t k0 = 0; k0 < key_end; k0 += kTile) {
-    __syncthreads();
     const std::int64_t cols = min(std::int64_t(kTile), key_end - k0);
+    // The previous tile is consumed; a tile of nothing but padding has P = 0 everywhere.
+    if (!__syncthreads_or(threadIdx.x < cols && !p.padded(b, k0 + threadIdx.x))) continue;
     for (int e = threadIdx.x; e < kTile * dim; e += blockDim.x) {
       const int t = e / dim, d = e % dim;
       k_s[t * ld + d] = t < cols ? k.row(b, k0 + t, hk)[d] : T(0);
@@ -228,7 +238,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (!active) continue;
     const std::int64_t j = k0 + lane;
     T ds = T(0);
-    if (lane < kTile && j < visible) {
+    if (lane < kTile && j < visible && !p.padded(b, j)) {
       const T prob = math::exp_fast(dot(q_s + warp * dim, k_s + lane * ld, dim) * scale - row_lse);
       T dprob = dot(do_s + warp * dim, v_s + lane * ld, dim);
       if (p.dropout_p > 0) dprob *= p.dropout(b, h, i, j, keep_scale);
@@ -268,6 +278,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const std::int64_t b = blockIdx.z, hk = blockIdx.y, k0 = std::int64_t(blockIdx.x) * kWarps;
   const std::int64_t j = k0 + warp;
   const bool active = j < p.seq_k;
+  const bool seen = active && !p.padded(b, j);  // padding keys get zero gradients
   const T keep_scale = math::dropout_scale<T>(p.dropout_p);
   // The first query that sees key k0; earlier ones see none of this block's keys.
   const std::int64_t q_begin = p.causal ? max(std::int64_t(0), k0 - p.key_shift()) : 0;
@@ -282,7 +293,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int c = 0; c < kMaxChunks; ++c)
     dk_acc[c] = T(0), dv_acc[c] = T(0);
 
-  for (std::int64_t g = 0; g < p.group(); ++g) {
+  // A block of padding keys only writes its zeros.
+  const std::int64_t groups = __syncthreads_or(seen) ? p.group() : 0;
+  for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t h = hk * p.group() + g;
     for (std::int64_t i0 = q_begin; i0 < p.seq_q; i0 += kTile) {
       __syncthreads();
@@ -297,7 +310,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         dot_s[t] = t < rows ? row_dots[(b * p.heads_q + h) * p.seq_q + i0 + t] : T(0);
       }
       __syncthreads();
-      if (!active) continue;
+      if (!seen) continue;
       const std::int64_t i = i0 + lane;
       T dropped = T(0), ds = T(0);
       if (lane < kTile && lane < rows && j < p.visible_end(i)) {
@@ -349,8 +362,13 @@ void check_bshd(const char* op, const char* name, const Tensor& t, const Tensor&
 Problem check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                      const AttentionParams& params, Device device) {
   const ops::AttentionShapes s = ops::check_attention_args(op, q, k, v, params, device);
-  const Problem p{s.batch,    s.seq_q,       s.seq_k,          s.heads_q,   s.heads_kv,
-                  s.head_dim, params.causal, params.dropout_p, params.seed, params.offset};
+  const Tensor& padding = params.key_padding_mask;  // checked: (B, Sk) u8, contiguous
+  const auto* key_padding = padding.defined() && padding.numel() > 0
+                                ? static_cast<const std::uint8_t*>(padding.raw_data())
+                                : nullptr;
+  const Problem p{s.batch,     s.seq_q,       s.seq_k,       s.heads_q,
+                  s.heads_kv,  s.head_dim,    params.causal, params.dropout_p,
+                  params.seed, params.offset, key_padding};
   if (p.head_dim > kMaxHeadDim) {
     ops::fail(op, "the CUDA attention kernel handles head dimensions up to " +
                       std::to_string(kMaxHeadDim) + ", got " + q.describe());
