@@ -66,24 +66,84 @@ std::string consumed_at(data::Split split, std::int64_t k, const train::BatchSch
                      (offset % (mbs * dp)) / mbs);
 }
 
+// One field of one sample, readably: token ids as ids or (--text) decoded text, labels with their
+// positions (negative = no target), masks as the positions that are set, values as numbers.
+std::string show_field(const FieldSpec& f, const Tensor& row, const Tokenizer& tokenizer,
+                       bool text) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(row.numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto k = static_cast<std::int64_t>(i);
+    switch (f.dtype) {
+      case DType::i32:
+        v[i] = row.data<std::int32_t>()[k];
+        break;
+      case DType::i64:
+        v[i] = row.data<std::int64_t>()[k];
+        break;
+      case DType::u8:
+        v[i] = row.data<std::uint8_t>()[k];
+        break;
+      case DType::f32:
+        v[i] = static_cast<std::int64_t>(row.data<float>()[k]);
+        break;
+      default:
+        return "(" + std::string(dtype_name(f.dtype)) + ")";
+    }
+  }
+  auto ids = [&](auto first, auto last) {
+    std::vector<TokenId> out;
+    for (auto it = first; it != last; ++it)
+      out.push_back(static_cast<TokenId>(*it));
+    return out;
+  };
+  switch (f.kind) {
+    case FieldKind::token_ids:
+      if (text) return "(text):\n" + tokenizer.decode(ids(v.begin(), v.end()));
+      return fmt::format("{}", fmt::join(v, " "));
+    case FieldKind::labels: {
+      std::vector<std::string> targets;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < 0) continue;
+        const std::vector<TokenId> one{static_cast<TokenId>(v[i])};
+        targets.push_back(text ? fmt::format("{}:{:?}", i, tokenizer.decode(one))
+                               : fmt::format("{}:{}", i, v[i]));
+      }
+      if (targets.size() == v.size() && !text) return fmt::format("{}", fmt::join(v, " "));
+      return fmt::format("{} targets: {}", targets.size(), fmt::join(targets, " "));
+    }
+    case FieldKind::mask: {
+      std::size_t set = 0;
+      std::vector<std::size_t> off;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (v[i] != 0) {
+          ++set;
+        } else {
+          off.push_back(i);
+        }
+      }
+      if (off.empty()) return fmt::format("all {} set", v.size());
+      if (set == 0) return fmt::format("none of {} set", v.size());
+      return fmt::format("{} of {} set; 0 at {}", set, v.size(), fmt::join(off, " "));
+    }
+    case FieldKind::value:
+      break;
+  }
+  return fmt::format("{}", fmt::join(v, " "));
+}
+
 void print_samples(const Dataset& dataset, data::Split split, const DataOptions& options,
                    const train::BatchSchedule& batches, std::int64_t eval_iters) {
   const std::int64_t count = std::min(options.first, dataset.size(split));
-  const auto length = static_cast<std::size_t>(dataset.seq_length());
-  std::vector<std::int32_t> tokens(length), labels(length);
-  std::vector<float> loss_mask(length);
+  const SampleSpec spec = dataset.sample_fields();
+  Batch one = Batch::allocate(spec, 1);
   for (std::int64_t k = 0; k < count; ++k) {
-    dataset.get(split, k, tokens, labels, loss_mask);
-    std::size_t masked = 0;
-    for (float m : loss_mask)
-      masked += m == 0.0f;
-    std::string line =
-        fmt::format("sample {} | {} |", k, consumed_at(split, k, batches, eval_iters));
-    if (masked > 0) line += fmt::format(" loss mask 0 at {} of {} positions |", masked, length);
-    if (options.text) {
-      std::cout << line << " text:\n" << dataset.tokenizer().decode(tokens) << "\n";
-    } else {
-      std::cout << line << " tokens: " << fmt::format("{}", fmt::join(tokens, " ")) << "\n";
+    dataset.get(split, k, one.sample(0));
+    std::cout << fmt::format("sample {} | {}\n", k, consumed_at(split, k, batches, eval_iters));
+    for (const FieldSpec& f : spec) {
+      const std::string shown =
+          show_field(f, one[f.name].select(0, 0), dataset.tokenizer(), options.text);
+      // "tokens (text):" then the text on its own lines; "tokens: 1 2 3" otherwise.
+      std::cout << "  " << f.name << (shown.starts_with("(text)") ? " " : ": ") << shown << "\n";
     }
   }
 }

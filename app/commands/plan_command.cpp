@@ -71,7 +71,8 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   const config::CoreConfig& core = session.config.core();
   const auto [vocab, seq] = vocab_and_seq(session);
   ParallelState single = ParallelState::create(runtime, ParallelSizes{});
-  auto model = create_plugin<Model>(session, single, "model", "megatron::Model", "type = \"gpt\"");
+  // The model is built once per pipeline stage, as that stage's ranks build it, on the meta
+  // device: each stage's parameters are what the model declares there (tied copies included).
   ModelBuildInfo info;
   info.vocab_size = vocab;
   info.seq_length = seq;
@@ -80,7 +81,30 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   // make_vocab_size_divisible_by x TP exactly as in training (Megatron: 50257 -> 51200 at TP 8).
   info.tp_size = core.parallel.tensor_model_parallel_size;
   info.sequence_parallel = core.parallel.sequence_parallel;
+  auto model = create_plugin<Model>(session, single, "model", "megatron::Model", "type = \"gpt\"");
   model->build(info);
+  const ModelDimensions dims = model->dimensions();
+  const train::PipelineLayout placement = train::pipeline_layout(core.parallel, dims.num_layers);
+  std::vector<std::unique_ptr<Model>> stage_models;
+  std::vector<train::StageParameters> stages;
+  for (int s = 0; s < placement.pipeline_size; ++s) {
+    ModelBuildInfo stage = info;
+    stage.pipeline.rank = s;
+    stage.pipeline.size = placement.pipeline_size;
+    std::int64_t layers = 0;
+    for (int c = 0; c < placement.virtual_size; ++c) {
+      stage.pipeline.chunks.push_back(train::stage_layers(placement, s, c));
+      layers += stage.pipeline.chunks.back().count;
+    }
+    if (placement.pipeline_size == 1) {
+      stages.push_back({&model->parameters(), layers});
+      break;
+    }
+    stage_models.push_back(
+        create_plugin<Model>(session, single, "model", "megatron::Model", "type = \"gpt\""));
+    stage_models.back()->build(stage);
+    stages.push_back({&stage_models.back()->parameters(), layers});
+  }
 
   const train::BatchSchedule batches =
       train::BatchSchedule::from_config(core.training, data_parallel);
@@ -95,13 +119,7 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   layout.precision = core.training.bf16   ? train::Precision::bf16
                      : core.training.fp16 ? train::Precision::fp16
                                           : train::Precision::fp32;
-  const bool tied = model->parameters().find("output_layer.weight") == nullptr;
-  const ModelDimensions dims = model->dimensions();
-  const train::PipelineLayout placement = train::pipeline_layout(core.parallel, dims.num_layers);
-  layout.virtual_size = placement.virtual_size;
-  layout.first_stage_layers = placement.first_stage_layers;
-  layout.last_stage_layers = placement.last_stage_layers;
-  const train::MemoryPlan plan = train::plan_memory(model->parameters(), dims, layout, tied);
+  const train::MemoryPlan plan = train::plan_memory(stages, dims, layout);
 
   const char* precision = core.training.bf16 ? "bf16" : core.training.fp16 ? "fp16" : "fp32";
   const std::int64_t world =

@@ -45,6 +45,9 @@ int run_training(Session& session, ParallelState& parallel) {
       create_plugin<Model>(session, parallel, "model", "megatron::Model", "type = \"gpt\"");
   auto optimizer = create_plugin<Optimizer>(session, parallel, "optimizer", "megatron::Optimizer",
                                             "type = \"adam\"");
+  // Before any work: the model must find every field it reads in the dataset's samples.
+  check_sample_fields(model->input_fields(), session.selected_for("model")->record->name,
+                      dataset->sample_fields(), session.selected_for("data")->record->name);
   train::Trainer trainer({*session.log, parallel, session.config.core(), session.config.to_toml()},
                          *model, *optimizer, *dataset);
   const train::TrainSummary summary = trainer.run();

@@ -81,10 +81,14 @@ def run_data(app, config, split, first, overrides=()):
     sizes = {m.group(1): (int(m.group(2)), int(m.group(3)))
              for m in re.finditer(r" (train|valid|test) (\d+)/(\d+)", result.stdout)}
     samples = {}
+    sample = None
     for line in result.stdout.splitlines():
-        m = re.match(r"sample (\d+) \|.*\| tokens: ([0-9 ]+)$", line)
+        m = re.match(r"sample (\d+) \| ", line)
         if m:
-            samples[int(m.group(1))] = [int(t) for t in m.group(2).split()]
+            sample = int(m.group(1))
+        m = re.match(r"  tokens: ([0-9 ]+)$", line)
+        if m and sample is not None:
+            samples[sample] = [int(t) for t in m.group(1).split()]
     return sizes, samples
 
 

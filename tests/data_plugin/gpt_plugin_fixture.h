@@ -106,11 +106,21 @@ struct Sample {
   std::vector<float> loss_mask;
 };
 
+// The elements of a batch's field `name` (one sample of `length` elements).
+template <typename T>
+std::vector<T> field_values(const Batch& batch, const std::string& name, std::int64_t length) {
+  const Tensor& t = batch[name];
+  EXPECT_EQ(t.shape(), (Shape{1, length})) << name;
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
+}
+
 inline Sample get_sample(const Dataset& dataset, data::Split split, std::int64_t index) {
-  const auto n = static_cast<std::size_t>(dataset.seq_length());
-  Sample s{std::vector<std::int32_t>(n), std::vector<std::int32_t>(n), std::vector<float>(n)};
-  dataset.get(split, index, s.tokens, s.labels, s.loss_mask);
-  return s;
+  Batch batch = Batch::allocate(dataset.sample_fields(), 1);
+  dataset.get(split, index, batch.sample(0));
+  const std::int64_t n = dataset.seq_length();
+  return {field_values<std::int32_t>(batch, "tokens", n),
+          field_values<std::int32_t>(batch, "labels", n),
+          field_values<float>(batch, "loss_mask", n)};
 }
 
 }  // namespace megatron::test

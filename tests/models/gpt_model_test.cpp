@@ -37,7 +37,22 @@ Batch make_batch(std::int64_t b, std::int64_t s, std::int64_t vocab, unsigned se
     labels[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
     if (partial_mask && i % 3 == 1) mask[i] = 0.0f;
   }
-  return {Tensor::from(tokens, {b, s}), Tensor::from(labels, {b, s}), Tensor::from(mask, {b, s})};
+  Batch batch;
+  batch.set("tokens", Tensor::from(tokens, {b, s}));
+  batch.set("labels", Tensor::from(labels, {b, s}));
+  batch.set("loss_mask", Tensor::from(mask, {b, s}));
+  return batch;
+}
+
+// GPT's one loss term: sum = the masked loss sum, count = the token count.
+LossTerm lm_loss(const StepResult& r) {
+  EXPECT_EQ(r.losses.size(), 1u);
+  const LossTerm* term = r.find("lm loss");
+  if (!term) {
+    ADD_FAILURE() << "no \"lm loss\" term";
+    return {};
+  }
+  return *term;
 }
 
 std::unique_ptr<GptModel> build(const GptConfig& c, DType dtype, std::int64_t vocab,
@@ -56,8 +71,8 @@ double mean_loss(GptModel& m, const Batch& batch) {
   StepOptions o;
   o.backward = false;
   o.training = false;
-  const StepResult r = m.step(batch, o);
-  return r.loss_sum / r.token_count;
+  const LossTerm r = lm_loss(m.step(batch, o));
+  return r.sum / r.count;
 }
 
 // Central differences on a few elements of every parameter tensor, in fp64.
@@ -142,7 +157,7 @@ TEST(GptModel, RecomputationGivesIdenticalGradients) {
       c.recompute_num_layers = n;
       auto m = build(c, DType::f32, 37, 8);
       const StepResult r = m->step(batch, o);
-      EXPECT_EQ(r.loss_sum, r0.loss_sum);
+      EXPECT_EQ(lm_loss(r).sum, lm_loss(r0).sum);
       EXPECT_EQ(gradients(*m), g0) << "method " << int(method) << " n " << n;
     }
   }
@@ -157,11 +172,11 @@ TEST(GptModel, DropoutStreamsAreDeterministicAndDistinct) {
   StepOptions o;
   o.backward = false;
   o.dropout_offset = 5;
-  const double a = m->step(batch, o).loss_sum, b = m->step(batch, o).loss_sum;
+  const double a = lm_loss(m->step(batch, o)).sum, b = lm_loss(m->step(batch, o)).sum;
   o.dropout_offset = 6;
-  const double c6 = m->step(batch, o).loss_sum;
+  const double c6 = lm_loss(m->step(batch, o)).sum;
   o.training = false;
-  const double eval = m->step(batch, o).loss_sum;
+  const double eval = lm_loss(m->step(batch, o)).sum;
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c6);
   EXPECT_NE(a, eval);

@@ -127,7 +127,7 @@ void run_attention(bool gqa_rotary, const nn::TensorParallelism& tp) {
     c.rotary_dim = 4;
     rotary = nn::make_rotary_tables(kS, 4, 10000, DType::f32);
   }
-  const nn::RotaryTables* rot = rotary ? &*rotary : nullptr;
+  const nn::LayerInputs inputs{rotary ? &*rotary : nullptr, Tensor()};
   ParameterSet full, split;
   nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
   nn::SelfAttention af, as;
@@ -139,14 +139,14 @@ void run_attention(bool gqa_rotary, const nn::TensorParallelism& tp) {
   const Tensor x = random_tensor({kS, kB, kH}, 3), dy = random_tensor({kS, kB, kH}, 4);
   Tensor y = empty_like(x), dx = empty_like(x);
   nn::SelfAttention::Saved saved;
-  af.forward(ctx, x, rot, 0, y, saved);
-  af.backward(ctx, x, dy, rot, 0, saved, dx);
+  af.forward(ctx, x, inputs, 0, y, saved);
+  af.backward(ctx, x, dy, inputs, 0, saved, dx);
 
   const Tensor xs = local(x, tp), dys = local(dy, tp);
   Tensor ys = empty_like(xs), dxs = empty_like(xs);
   nn::SelfAttention::Saved ssaved;
-  as.forward(ctx, xs, rot, 0, ys, ssaved);
-  as.backward(ctx, xs, dys, rot, 0, ssaved, dxs);
+  as.forward(ctx, xs, inputs, 0, ys, ssaved);
+  as.backward(ctx, xs, dys, inputs, 0, ssaved, dxs);
   expect_close(ys, local(y, tp), kTol, "attention output");
   expect_close(dxs, local(dx, tp), kTol, "attention input grad");
   check_grads(full, split, tp);
@@ -173,8 +173,9 @@ TEST_P(TpLayers, TransformerLayerWithHiddenDropout) {
   ParameterSet full, split;
   nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
   nn::TransformerLayer lf, ls;
-  lf.declare(ff, "layer", c, 1);
-  ls.declare(sf, "layer", c, 1);
+  // Dropout sites 4..6: those of layer 1 behind the embedding's site 0.
+  lf.declare(ff, "layer", c, nn::LayerSpec{}, 4);
+  ls.declare(sf, "layer", c, nn::LayerSpec{}, 4);
   for (auto& p : split)
     EXPECT_EQ(p->sequence_parallel, tp.sp() && p->partition_dim < 0) << p->name;
   init_and_randomize(full, split);
@@ -183,14 +184,15 @@ TEST_P(TpLayers, TransformerLayerWithHiddenDropout) {
   const Tensor x = random_tensor({kS, kB, kH}, 5), dy = random_tensor({kS, kB, kH}, 6);
   Tensor y = empty_like(x), dx = empty_like(x);
   nn::TransformerLayer::Saved saved;
-  lf.forward(ctx, x, nullptr, y, saved, true);
-  lf.backward(ctx, dy, nullptr, saved, dx);
+  const nn::LayerInputs inputs;  // no rotary, causal
+  lf.forward(ctx, x, inputs, y, saved, true);
+  lf.backward(ctx, dy, inputs, saved, dx);
 
   const Tensor xs = local(x, tp), dys = local(dy, tp);
   Tensor ys = empty_like(xs), dxs = empty_like(xs);
   nn::TransformerLayer::Saved ssaved;
-  ls.forward(ctx, xs, nullptr, ys, ssaved, true);
-  ls.backward(ctx, dys, nullptr, ssaved, dxs);
+  ls.forward(ctx, xs, inputs, ys, ssaved, true);
+  ls.backward(ctx, dys, inputs, ssaved, dxs);
   expect_close(ys, local(y, tp), kTol, "layer output");
   expect_close(dxs, local(dx, tp), kTol, "layer input grad");
   check_grads(full, split, tp);

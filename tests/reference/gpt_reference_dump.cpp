@@ -8,6 +8,7 @@
 
 #include "gpt_model.h"
 #include "megatron/checkpoint/checkpoint.h"
+#include "megatron/error.h"
 
 using namespace megatron;
 
@@ -67,8 +68,10 @@ int main(int argc, char** argv) {
       labels[i] = static_cast<std::int32_t>(rng() % vocab);
       mask[i] = i % 5 == 3 ? 0.0f : 1.0f;
     }
-    const Batch b{Tensor::from(tokens, {batch, seq}), Tensor::from(labels, {batch, seq}),
-                  Tensor::from(mask, {batch, seq})};
+    Batch b;
+    b.set("tokens", Tensor::from(tokens, {batch, seq}));
+    b.set("labels", Tensor::from(labels, {batch, seq}));
+    b.set("loss_mask", Tensor::from(mask, {batch, seq}));
 
     checkpoint::CheckpointState state;
     for (auto& p : model.parameters())
@@ -77,13 +80,14 @@ int main(int argc, char** argv) {
     StepOptions o;
     o.training = false;
     const StepResult r = model.step(b, o);
-    state.tensors["reference/loss"] =
-        Tensor::from(std::vector<double>{r.loss_sum / r.token_count}, {1});
+    const LossTerm* lm = r.find("lm loss");
+    if (!lm) throw Error("GPT returned no \"lm loss\"");
+    state.tensors["reference/loss"] = Tensor::from(std::vector<double>{lm->sum / lm->count}, {1});
     for (auto& p : model.parameters())
       state.tensors["reference/grad/" + p->name] = p->grad;
-    state.tensors["reference/tokens"] = b.tokens;
-    state.tensors["reference/labels"] = b.labels;
-    state.tensors["reference/loss_mask"] = b.loss_mask;
+    state.tensors["reference/tokens"] = b["tokens"];
+    state.tensors["reference/labels"] = b["labels"];
+    state.tensors["reference/loss_mask"] = b["loss_mask"];
     std::cout << checkpoint::save_checkpoint(argv[1], state).string() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "gpt_reference_dump: " << e.what() << "\n";

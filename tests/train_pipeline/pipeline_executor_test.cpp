@@ -35,6 +35,11 @@ float init_value(const std::string& name, std::int64_t i) {
 // with plain loops so the executor is tested against something independent of the GPT code.
 class ToyModel : public Model {
  public:
+  SampleSpec input_fields() const override {
+    return {{"tokens", DType::i32, {kSeq}, FieldKind::token_ids},
+            {"labels", DType::i32, {kSeq}, FieldKind::labels},
+            {"loss_mask", DType::f32, {kSeq}, FieldKind::mask}};
+  }
   void build(const ModelBuildInfo& info) override {
     placement_ = info.pipeline;
     if (placement_.chunks.empty()) placement_.chunks = {{0, kLayers}};
@@ -61,30 +66,36 @@ class ToyModel : public Model {
   }
   ParameterSet& parameters() override { return params_; }
   StepResult step(const Batch& batch, const StepOptions& options) override {
-    ChunkOutput out = forward_chunk(0, 0, batch, Tensor(), options);
-    if (options.backward) backward_chunk(0, 0, Tensor(), options);
+    ChunkOutput out = forward_chunk(0, 0, batch, {}, options);
+    if (options.backward) backward_chunk(0, 0, {}, options);
     return out.loss;
   }
   double flops_per_iteration(std::int64_t) const override { return 0; }
   ModelDimensions dimensions() const override { return {}; }
   std::string describe() const override { return "toy"; }
-  Shape activation_shape(std::int64_t mbs) const override { return {kSeq, mbs, kHidden}; }
+  // Every boundary passes one "hidden" tensor (S, B, h) in f32.
+  SampleSpec stage_inputs(int, std::int64_t mbs) const override {
+    return {{"hidden", DType::f32, {kSeq, mbs, kHidden}, FieldKind::value}};
+  }
 
-  ChunkOutput forward_chunk(int chunk, std::int64_t mb, const Batch& batch, const Tensor& input,
-                            const StepOptions& options) override {
-    const std::int64_t b = batch.tokens.size(0), rows = kSeq * b;
+  ChunkOutput forward_chunk(int chunk, std::int64_t mb, const Batch& batch,
+                            const NamedTensors& inputs, const StepOptions& options) override {
+    const std::int64_t b = batch["tokens"].size(0), rows = kSeq * b;
     Saved s;
     s.batch = batch;
     std::vector<float> x(static_cast<std::size_t>(rows * kHidden));
     if (placement_.is_first_virtual_stage(chunk)) {
       for (std::int64_t r = 0; r < rows; ++r) {  // row = s * B + b, as Megatron's (S, B, h)
-        const std::int32_t t = batch.tokens.data<std::int32_t>()[(r % b) * kSeq + r / b];
+        const std::int32_t t = batch["tokens"].data<std::int32_t>()[(r % b) * kSeq + r / b];
         for (std::int64_t j = 0; j < kHidden; ++j)
           x[static_cast<std::size_t>(r * kHidden + j)] =
               embed_->value.data<float>()[t * kHidden + j];
       }
     } else {
-      EXPECT_EQ(input.shape(), activation_shape(b));
+      EXPECT_EQ(inputs.size(), 1u);
+      const Tensor& input = named_tensor(inputs, "hidden", "the toy's stage inputs");
+      EXPECT_EQ(input.shape(), hidden_shape(b));
+      EXPECT_EQ(input.dtype(), DType::f32);
       x.assign(input.data<float>(), input.data<float>() + rows * kHidden);
     }
     const LayerRange range = placement_.chunks[static_cast<std::size_t>(chunk)];
@@ -106,11 +117,12 @@ class ToyModel : public Model {
     s.output = x;
     ChunkOutput out;
     if (placement_.is_last_virtual_stage(chunk)) {
+      LossTerm loss{"lm loss", 0, 0};
       s.dlogits.assign(static_cast<std::size_t>(rows * kVocab), 0.0);
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t k = (r % b) * kSeq + r / b;
-        const float mask = batch.loss_mask.data<float>()[k];
-        const std::int32_t label = batch.labels.data<std::int32_t>()[k];
+        const float mask = batch["loss_mask"].data<float>()[k];
+        const std::int32_t label = batch["labels"].data<std::int32_t>()[k];
         std::vector<double> logits(kVocab);
         double mx = -1e300;
         for (std::int64_t v = 0; v < kVocab; ++v) {
@@ -124,31 +136,32 @@ class ToyModel : public Model {
         double sum = 0;
         for (double z : logits)
           sum += std::exp(z - mx);
-        out.loss.loss_sum += mask * (std::log(sum) + mx - logits[static_cast<std::size_t>(label)]);
-        out.loss.token_count += mask;
+        loss.sum += mask * (std::log(sum) + mx - logits[static_cast<std::size_t>(label)]);
+        loss.count += mask;
         for (std::int64_t v = 0; v < kVocab; ++v) {
           const double p = std::exp(logits[static_cast<std::size_t>(v)] - mx) / sum;
           s.dlogits[static_cast<std::size_t>(r * kVocab + v)] =
               mask * (p - (v == label ? 1.0 : 0.0));
         }
       }
+      out.loss.losses.push_back(loss);
     } else {
-      out.activation = Tensor::from(x, activation_shape(b));
+      out.activations.emplace_back("hidden", Tensor::from(x, hidden_shape(b)));
     }
     if (options.backward) saved_[{chunk, mb}] = std::move(s);
     return out;
   }
 
-  Tensor backward_chunk(int chunk, std::int64_t mb, const Tensor& output_grad,
-                        const StepOptions& options) override {
+  NamedTensors backward_chunk(int chunk, std::int64_t mb, const NamedTensors& output_grads,
+                              const StepOptions& options) override {
     auto it = saved_.find({chunk, mb});
     if (it == saved_.end()) throw Error("toy: backward of a forward never run");
     Saved s = std::move(it->second);
     saved_.erase(it);
-    const std::int64_t b = s.batch.tokens.size(0), rows = kSeq * b;
+    const std::int64_t b = s.batch["tokens"].size(0), rows = kSeq * b;
     std::vector<double> dx(static_cast<std::size_t>(rows * kHidden), 0.0);
     if (placement_.is_last_virtual_stage(chunk)) {
-      // The loss is options.loss_scale * loss_sum (the trainer divides by tokens elsewhere).
+      // The loss is options.loss_scale * the loss sum (the trainer divides by tokens elsewhere).
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t v = 0; v < kVocab; ++v) {
           const double g = options.loss_scale * s.dlogits[static_cast<std::size_t>(r * kVocab + v)];
@@ -160,6 +173,9 @@ class ToyModel : public Model {
           }
         }
     } else {
+      EXPECT_EQ(output_grads.size(), 1u);
+      const Tensor& output_grad = named_tensor(output_grads, "hidden", "the toy's stage gradients");
+      EXPECT_EQ(output_grad.shape(), hidden_shape(b));
       for (std::size_t i = 0; i < dx.size(); ++i)
         dx[i] = output_grad.data<float>()[i];
     }
@@ -187,20 +203,21 @@ class ToyModel : public Model {
     }
     if (placement_.is_first_virtual_stage(chunk)) {
       for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int32_t t = s.batch.tokens.data<std::int32_t>()[(r % b) * kSeq + r / b];
+        const std::int32_t t = s.batch["tokens"].data<std::int32_t>()[(r % b) * kSeq + r / b];
         for (std::int64_t j = 0; j < kHidden; ++j)
           embed_->grad.data<float>()[t * kHidden + j] +=
               static_cast<float>(dx[static_cast<std::size_t>(r * kHidden + j)]);
       }
-      return Tensor();
+      return {};
     }
     std::vector<float> out(dx.begin(), dx.end());
-    return Tensor::from(out, activation_shape(b));
+    return {{"hidden", Tensor::from(out, hidden_shape(b))}};
   }
 
   std::size_t saved_count() const { return saved_.size(); }
 
  private:
+  static Shape hidden_shape(std::int64_t mbs) { return {kSeq, mbs, kHidden}; }
   struct Saved {
     Batch batch;
     std::vector<std::vector<float>> inputs;  // per layer of the chunk
@@ -223,8 +240,22 @@ Batch micro_batch(std::int64_t k) {
     labels[i] = static_cast<std::int32_t>((k * 5 + static_cast<std::int64_t>(i) * 2 + 1) % kVocab);
     mask[i] = (i + static_cast<std::size_t>(k)) % 4 == 3 ? 0.0f : 1.0f;
   }
-  return {Tensor::from(tokens, {kMicroBatch, kSeq}), Tensor::from(labels, {kMicroBatch, kSeq}),
-          Tensor::from(mask, {kMicroBatch, kSeq})};
+  Batch batch;
+  batch.set("tokens", Tensor::from(tokens, {kMicroBatch, kSeq}));
+  batch.set("labels", Tensor::from(labels, {kMicroBatch, kSeq}));
+  batch.set("loss_mask", Tensor::from(mask, {kMicroBatch, kSeq}));
+  return batch;
+}
+
+// The toy's one loss term ("lm loss": masked loss sum over tokens); 0 where there is none (the
+// ranks that do not compute the loss).
+double loss_sum(const StepResult& r) {
+  const LossTerm* t = r.find("lm loss");
+  return t ? t->sum : 0.0;
+}
+double token_count(const StepResult& r) {
+  const LossTerm* t = r.find("lm loss");
+  return t ? t->count : 0.0;
 }
 
 StepResult run(ToyModel& model, const PipelineLayout& layout, int rank, Communicator& comm,
@@ -234,8 +265,8 @@ StepResult run(ToyModel& model, const PipelineLayout& layout, int rank, Communic
     o.loss_scale = 0.25f;
     return o;
   };
-  const PipelineStep step{layout,     rank,     comm,        m,      kMicroBatch,
-                          DType::f32, backward, micro_batch, options};
+  const PipelineStep step{layout,        rank,     comm,        m,      kMicroBatch,
+                          Device::cpu(), backward, micro_batch, options};
   return run_pipeline_step(model, step);
 }
 
@@ -255,9 +286,7 @@ void check_layout(int vp, std::int64_t m) {
   for (std::int64_t k = 0; k < m; ++k) {
     StepOptions o;
     o.loss_scale = 0.25f;
-    const StepResult r = reference.step(micro_batch(k), o);
-    expected.loss_sum += r.loss_sum;
-    expected.token_count += r.token_count;
+    expected.add(reference.step(micro_batch(k), o));
   }
   // The executor on a pipeline of one stage gives the same.
   {
@@ -267,8 +296,8 @@ void check_layout(int vp, std::int64_t m) {
     single.build(ModelBuildInfo{});
     auto self = make_self_communicator(rank);
     const StepResult one = run(single, whole, 0, *self, m, true);
-    EXPECT_EQ(one.loss_sum, expected.loss_sum);
-    EXPECT_EQ(one.token_count, expected.token_count);
+    EXPECT_EQ(loss_sum(one), loss_sum(expected));
+    EXPECT_EQ(token_count(one), token_count(expected));
   }
 
   PipelineLayout layout;
@@ -286,10 +315,10 @@ void check_layout(int vp, std::int64_t m) {
   EXPECT_EQ(staged.saved_count(), 0u) << "activations kept after their backward";
 
   if (rank == pp - 1) {
-    EXPECT_NEAR(got.loss_sum, expected.loss_sum, 1e-12 * std::abs(expected.loss_sum));
-    EXPECT_EQ(got.token_count, expected.token_count);
+    EXPECT_NEAR(loss_sum(got), loss_sum(expected), 1e-12 * std::abs(loss_sum(expected)));
+    EXPECT_EQ(token_count(got), token_count(expected));
   } else {
-    EXPECT_EQ(got.loss_sum, 0.0);
+    EXPECT_EQ(loss_sum(got), 0.0);
   }
   ASSERT_GT(staged.parameters().size(), 0u);
   for (auto& p : staged.parameters()) {
@@ -308,7 +337,7 @@ void check_layout(int vp, std::int64_t m) {
   eval.build(info);
   const StepResult forward_only = run(eval, layout, rank, comm, m, false);
   if (rank == pp - 1) {
-    EXPECT_NEAR(forward_only.loss_sum, expected.loss_sum, 1e-12 * std::abs(expected.loss_sum));
+    EXPECT_NEAR(loss_sum(forward_only), loss_sum(expected), 1e-12 * std::abs(loss_sum(expected)));
   }
   EXPECT_EQ(eval.saved_count(), 0u);
 }

@@ -1,11 +1,12 @@
-// The interface of dataset plugins: train/valid/test samples of fixed length and the tokenizer
-// they were made with.
+// The interface of dataset plugins: train/valid/test samples made of named fields that the
+// plugin declares (GPT: tokens, labels, loss_mask; BERT: text, types, labels, ...), and the
+// tokenizer they were made with.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <span>
 
+#include "megatron/batch.h"
 #include "megatron/data/split.h"
 #include "megatron/plugin.h"
 #include "megatron/tokenizer/tokenizer.h"
@@ -15,16 +16,19 @@ namespace megatron {
 class Dataset : public Plugin {
  public:
   ~Dataset() override;
+  // The fields every sample has, with per-sample shapes. Known once the plugin is created (before
+  // build), so the host can check them against the model's inputs before any work.
+  virtual SampleSpec sample_fields() const = 0;
   // Builds the splits so each has at least `num_samples[split]` samples (Megatron's
   // train_val_test_num_samples; 0 = the split is not used).
   virtual void build(const std::array<std::int64_t, 3>& num_samples) = 0;
   virtual std::int64_t size(data::Split split) const = 0;
+  // The sequence length of the samples (the model's positions).
   virtual std::int64_t seq_length() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
-  // Sample `index` of `split`: tokens and labels (seq_length each: labels are the tokens shifted
-  // by one) and loss_mask (1 = counted). Thread-safe.
-  virtual void get(data::Split split, std::int64_t index, std::span<std::int32_t> tokens,
-                   std::span<std::int32_t> labels, std::span<float> loss_mask) const = 0;
+  // Fills every field of sample `index` of `split` into `out` (slots laid out by sample_fields()).
+  // Thread-safe.
+  virtual void get(data::Split split, std::int64_t index, const SampleSlots& out) const = 0;
 };
 
 }  // namespace megatron

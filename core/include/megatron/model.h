@@ -1,11 +1,15 @@
-// The interface of model plugins: parameters declared as data, and a forward/backward step on one
-// micro-batch that returns the loss. The training loop owns everything else.
+// The interface of model plugins: parameters declared as data, the sample fields a model reads,
+// and forward/backward over one micro-batch returning named losses. The training loop owns
+// everything else. Most models derive from nn::LayerStackModel (megatron/nn/layer_stack_model.h),
+// which implements this interface for a stack of layers between a pre- and a post-process.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "megatron/batch.h"
 #include "megatron/nn/parameter.h"
 #include "megatron/plugin.h"
 #include "megatron/tensor/tensor.h"
@@ -23,7 +27,7 @@ struct LayerRange {
 
 // Where a model instance sits in a pipeline: its stage and the layers of each of its model chunks
 // (several with the interleaved schedule). Virtual stage of chunk c on rank r: c * size + r; the
-// first virtual stage embeds, the last computes the loss.
+// first virtual stage runs the pre-process (embedding), the last the post-process (loss).
 struct PipelinePlacement {
   int rank = 0;
   int size = 1;
@@ -34,12 +38,15 @@ struct PipelinePlacement {
   bool is_last_virtual_stage(int chunk) const {
     return rank == size - 1 && chunk == num_chunks() - 1;
   }
+  // The virtual stage of `chunk` on this rank.
+  int virtual_stage(int chunk) const { return chunk * size + rank; }
 };
 
-// What the host tells a model when it builds it (after the dataset's tokenizer is known).
+// What the host tells a model when it builds it (after the dataset is known).
 struct ModelBuildInfo {
   std::int64_t vocab_size = 0;  // unpadded tokenizer vocabulary; the model pads it
   std::int64_t seq_length = 0;  // sequence length of the samples it will see
+  SampleSpec sample_fields;     // the dataset's fields (names, dtypes, per-sample shapes)
   Device device = Device::cpu();
   DType param_dtype = DType::f32;    // f32 normally, f64 for gradient checks
   DType compute_dtype = DType::f32;  // bf16/f16: GEMM inputs cast to it (mixed precision)
@@ -54,18 +61,10 @@ struct ModelBuildInfo {
   PipelinePlacement pipeline;      // default: the whole model, one stage
 };
 
-// One micro-batch, (B, S) each: input tokens, target labels (the next tokens), loss mask (1 =
-// counts). tokens and labels i32, loss_mask f32.
-struct Batch {
-  Tensor tokens;
-  Tensor labels;
-  Tensor loss_mask;
-};
-
 struct StepOptions {
   bool backward = true;     // false: forward only (evaluation)
   bool training = true;     // false: dropout off
-  float loss_scale = 1.0f;  // gradients are of loss_scale * loss (loss = masked mean)
+  float loss_scale = 1.0f;  // gradients are of loss_scale * the model's objective
   // Distinguishes dropout streams: the same (iteration, micro_batch) gives the same masks,
   // including when a layer is recomputed.
   std::uint64_t dropout_offset = 0;
@@ -82,9 +81,26 @@ struct StepOptions {
   std::function<void(const std::vector<Parameter*>&)> params_needed;
 };
 
+// One named loss (or metric) of a micro-batch: what it sums and over how many items, so the
+// trainer can reduce it over micro-batches and data-parallel ranks as sum(sum) / sum(count).
+// A token-averaged loss gives (sum over tokens, tokens); a per-micro-batch mean gives (mean, 1),
+// which reduces to the mean of the micro-batches' means, as Megatron averages BERT's losses.
+struct LossTerm {
+  std::string name;  // as logged: "lm loss", "sop loss"
+  double sum = 0;
+  double count = 0;
+  bool objective = true;  // part of the optimised objective; false: reported only
+};
+
 struct StepResult {
-  double loss_sum = 0;     // sum over masked tokens of the per-token loss
-  double token_count = 0;  // sum of loss_mask
+  std::vector<LossTerm> losses;  // in the model's order, which is the order they are logged in
+
+  // Adds `other`'s sums and counts term by term (matched by name; new names are appended).
+  void add(const StepResult& other);
+  // The optimised objective of this result: sum over objective terms of sum / count (0 / 0: 0).
+  double objective() const;
+  // nullptr when there is no such term.
+  const LossTerm* find(const std::string& name) const;
 };
 
 // The transformer dimensions memory planning needs (Megatron's argument names).
@@ -100,12 +116,15 @@ struct ModelDimensions {
 class Model : public Plugin {
  public:
   ~Model() override;
+  // The sample fields the model reads (name, dtype; a shape where it must be exact). The host
+  // checks them against the dataset's before any work (check_sample_fields).
+  virtual SampleSpec input_fields() const = 0;
   // Declares and allocates the parameters (meta device: declares only) and initialises them from
   // info.seed. Called once before anything else.
   virtual void build(const ModelBuildInfo& info) = 0;
   virtual ParameterSet& parameters() = 0;
-  // Forward on `batch`, then (options.backward) backward of options.loss_scale * loss_sum /
-  // token_count, accumulated into each Parameter::grad.
+  // Forward on `batch`, then (options.backward) backward of options.loss_scale * the objective
+  // (StepResult::objective), accumulated into each Parameter::grad.
   virtual StepResult step(const Batch& batch, const StepOptions& options) = 0;
   // Model FLOPs of one forward+backward over `samples` sequences (Megatron's formula, for the
   // TFLOP/s figure).
@@ -115,23 +134,27 @@ class Model : public Plugin {
   virtual std::string describe() const = 0;
 
   // ---- pipeline parallelism (optional; the defaults refuse with the plugin's name) ----------
-  // The first chunk's input comes from `batch`; the others' from the previous virtual stage.
+  // Activations pass between virtual stages as named tensors (T5's decoder stages receive the
+  // encoder output beside their hidden states).
   struct ChunkOutput {
-    Tensor activation;  // sent to the next virtual stage; undefined on the last one
-    StepResult loss;    // the last virtual stage's masked loss sum and token count
+    NamedTensors activations;  // sent to the next virtual stage; empty on the last one
+    StepResult loss;           // the last virtual stage's losses
   };
   // Forward of model chunk `chunk` (index into ModelBuildInfo::pipeline.chunks) on micro-batch
-  // `micro_batch`; `input` is the previous virtual stage's activation (undefined on the first).
-  // With options.backward, what backward needs is kept under (chunk, micro_batch).
+  // `micro_batch`; `input` is what the previous virtual stage sent (empty on the first). With
+  // options.backward, what backward needs is kept under (chunk, micro_batch).
   virtual ChunkOutput forward_chunk(int chunk, std::int64_t micro_batch, const Batch& batch,
-                                    const Tensor& input, const StepOptions& options);
-  // Backward of that forward (then forgotten): `output_grad` is the next virtual stage's
-  // input gradient (undefined on the last). Accumulates parameter gradients, reports them
-  // through options.grads_ready, and returns the gradient of `input` (undefined on the first).
-  virtual Tensor backward_chunk(int chunk, std::int64_t micro_batch, const Tensor& output_grad,
-                                const StepOptions& options);
-  // Shape of the activation passed between virtual stages for a micro-batch of this many samples.
-  virtual Shape activation_shape(std::int64_t micro_batch_size) const;
+                                    const NamedTensors& input, const StepOptions& options);
+  // Backward of that forward (then forgotten): `output_grad` holds the next virtual stage's
+  // gradients of what this chunk sent (empty on the last). Accumulates parameter gradients,
+  // reports them through options.grads_ready, and returns the gradients of `input` (empty on the
+  // first virtual stage).
+  virtual NamedTensors backward_chunk(int chunk, std::int64_t micro_batch,
+                                      const NamedTensors& output_grad, const StepOptions& options);
+  // Names, dtypes and shapes of what virtual stage `virtual_stage` (>= 1) receives from the one
+  // before it, for a micro-batch of this many samples; the same list, in the same order, is what
+  // its gradients are sent back as.
+  virtual SampleSpec stage_inputs(int virtual_stage, std::int64_t micro_batch_size) const;
 };
 
 }  // namespace megatron

@@ -7,7 +7,7 @@
 //  - MAJOR changes when a virtual interface, an SDK struct layout or a documented semantic changes.
 //  - MINOR changes for additions only: new free functions or classes, descriptor fields appended.
 // The host accepts a plugin when the majors are equal and the plugin's minor <= the core's minor.
-#define MEGATRON_API_MAJOR 1
+#define MEGATRON_API_MAJOR 2
 #define MEGATRON_API_MINOR 0
 
 #define MEGATRON_STR_IMPL(x) #x
@@ -27,7 +27,7 @@
 #else
 #define MEGATRON_CXX11_ABI_TAG "none"
 #endif
-#define MEGATRON_ABI_TAG                                                     \
+#define MEGATRON_ABI_TAG \
   MEGATRON_COMPILER_TAG "/gxxabi" MEGATRON_STR(__GXX_ABI_VERSION) "/cxx11ab" \
                                                                   "i" MEGATRON_CXX11_ABI_TAG
 

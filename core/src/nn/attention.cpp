@@ -18,8 +18,9 @@ Tensor bshd(const Tensor& t) {
 }  // namespace
 
 void SelfAttention::declare(ParamFactory& factory, const std::string& prefix,
-                            const TransformerConfig& config) {
+                            const TransformerConfig& config, AttentionMask mask) {
   config_ = config;
+  mask_ = mask;
   tp_ = factory.tp;
   const std::int64_t t = tp_.size;
   if (config.num_attention_heads % t != 0) {
@@ -45,11 +46,18 @@ void SelfAttention::declare(ParamFactory& factory, const std::string& prefix,
                          config.add_bias_linear, config.output_init_std(), TensorParallel::row);
 }
 
-AttentionParams SelfAttention::params(const LayerContext& ctx, std::uint64_t dropout_site,
-                                      std::int64_t s, std::int64_t b) const {
+AttentionParams SelfAttention::params(const LayerContext& ctx, const LayerInputs& inputs,
+                                      std::uint64_t dropout_site, std::int64_t s,
+                                      std::int64_t b) const {
   AttentionParams p;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.kv_channels)));
-  p.causal = true;
+  p.causal = mask_ == AttentionMask::causal;
+  if (mask_ == AttentionMask::padding) {
+    if (!inputs.key_padding_mask.defined()) {
+      throw Error("self-attention with a padding mask: the micro-batch gave no key padding mask");
+    }
+    p.key_padding_mask = inputs.key_padding_mask;
+  }
   p.dropout_p = ctx.training ? config_.attention_dropout : 0.0f;
   p.seed = ctx.seed;
   // Attention dropout is inside the tensor-parallel region: each rank's probabilities (B, heads,
@@ -59,8 +67,9 @@ AttentionParams SelfAttention::params(const LayerContext& ctx, std::uint64_t dro
   return p;
 }
 
-void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary,
+void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
                             std::uint64_t dropout_site, Tensor& y, Saved& saved) const {
+  const RotaryTables* rotary = inputs.rotary;
   Backend& be = ctx.backend;
   const std::int64_t s_in = x.size(0), b = x.size(1), h = x.size(2), rows_in = s_in * b;
   const std::int64_t s = tp_full_rows(tp_, s_in), rows = s * b;
@@ -90,15 +99,16 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Rota
   saved.out = be.empty({s, b, np, hn}, dt);
   saved.lse = be.empty({b, np, s}, dt == DType::f64 ? DType::f64 : DType::f32);
   Tensor out4 = bshd(saved.out);
-  be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v), params(ctx, dropout_site, s, b),
-                       out4, saved.lse);
+  be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v),
+                       params(ctx, inputs, dropout_site, s, b), out4, saved.lse);
   Tensor y_rows = y.view({rows_in, h});
   proj.forward(be, saved.out.view({rows, np * hn}), y_rows, ctx.compute);
 }
 
 void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
-                             const RotaryTables* rotary, std::uint64_t dropout_site,
+                             const LayerInputs& inputs, std::uint64_t dropout_site,
                              const Saved& saved, Tensor& dx) const {
+  const RotaryTables* rotary = inputs.rotary;
   Backend& be = ctx.backend;
   const std::int64_t s_in = x.size(0), b = x.size(1), h = x.size(2), rows_in = s_in * b;
   const std::int64_t s = tp_full_rows(tp_, s_in), rows = s * b;
@@ -115,7 +125,7 @@ void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Ten
          dv = be.empty({s, b, ng, hn}, dt);
   Tensor dq4 = bshd(dq), dk4 = bshd(dk), dv4 = bshd(dv);
   be.attention_backward(bshd(dctx), bshd(saved.q), bshd(saved.k), bshd(saved.v), bshd(saved.out),
-                        saved.lse, params(ctx, dropout_site, s, b), dq4, dk4, dv4);
+                        saved.lse, params(ctx, inputs, dropout_site, s, b), dq4, dk4, dv4);
   if (rotary) {
     be.rotary_backward(dq4, rotary->cos, rotary->sin, dq4);
     be.rotary_backward(dk4, rotary->cos, rotary->sin, dk4);

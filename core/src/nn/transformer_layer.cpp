@@ -4,19 +4,20 @@
 namespace megatron::nn {
 
 void TransformerLayer::declare(ParamFactory& factory, const std::string& prefix,
-                               const TransformerConfig& config, std::int64_t index) {
+                               const TransformerConfig& config, const LayerSpec& spec,
+                               std::uint64_t first_dropout_site) {
   config_ = config;
   tp_ = factory.tp;
-  index_ = index;
+  first_site_ = first_dropout_site;
   input_layernorm = Norm::declare(factory, prefix + ".input_layernorm", config.hidden_size,
                                   config.normalization, config.norm_epsilon);
-  self_attention.declare(factory, prefix + ".self_attention", config);
+  self_attention.declare(factory, prefix + ".self_attention", config, spec.self_attention_mask);
   pre_mlp_layernorm = Norm::declare(factory, prefix + ".pre_mlp_layernorm", config.hidden_size,
                                     config.normalization, config.norm_epsilon);
   mlp.declare(factory, prefix + ".mlp", config);
 }
 
-void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary,
+void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
                                Tensor& y, Saved& saved, bool keep) const {
   Backend& be = ctx.backend;
   const std::int64_t h = x.size(2), rows = x.size(0) * x.size(1);
@@ -29,7 +30,7 @@ void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const R
   Tensor ln1_rows = s.ln1.view({rows, h});
   input_layernorm.forward(be, x.view({rows, h}), ln1_rows, s.norm1);
   Tensor attn = be.empty(x.shape(), dt);
-  self_attention.forward(ctx, s.ln1, rotary, site(0), attn, s.attention);
+  self_attention.forward(ctx, s.ln1, inputs, site(0), attn, s.attention);
   if (p > 0) be.dropout_forward(attn, p, ctx.seed, hidden_offset(ctx, 1, attn.numel()), attn);
   s.x1 = be.empty(x.shape(), dt);
   be.add(x, attn, s.x1);
@@ -49,7 +50,7 @@ void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const R
 }
 
 void TransformerLayer::backward(const LayerContext& ctx, const Tensor& dy,
-                                const RotaryTables* rotary, Saved& saved, Tensor& dx) const {
+                                const LayerInputs& inputs, Saved& saved, Tensor& dx) const {
   if (!saved.valid) throw Error("TransformerLayer::backward without a saved forward");
   Backend& be = ctx.backend;
   const std::int64_t h = dy.size(2), rows = dy.size(0) * dy.size(1);
@@ -80,7 +81,7 @@ void TransformerLayer::backward(const LayerContext& ctx, const Tensor& dy,
     be.copy(dx1, dattn);
   }
   Tensor dln1 = be.empty(dy.shape(), dt);
-  self_attention.backward(ctx, saved.ln1, dattn, rotary, site(0), saved.attention, dln1);
+  self_attention.backward(ctx, saved.ln1, dattn, inputs, site(0), saved.attention, dln1);
   Tensor dx_rows = dx.view({rows, h});
   input_layernorm.backward(be, dln1.view({rows, h}), saved.x.view({rows, h}), saved.norm1, dx_rows);
   be.add(dx_rows, dx1_rows, dx_rows);

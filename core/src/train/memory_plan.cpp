@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "megatron/error.h"
 #include "megatron/train/grad_buffer.h"
@@ -12,17 +13,6 @@ namespace megatron::train {
 
 namespace {
 
-// The stage of a parameter: its layer's (by the training code's placement), embeddings on the
-// first, everything else on the last.
-std::int64_t stage_of(const std::string& name, const std::vector<std::int64_t>& layer_stage) {
-  const std::string layer_prefix = "decoder.layers.";
-  if (name.rfind(layer_prefix, 0) == 0) {
-    return layer_stage.at(static_cast<std::size_t>(std::stoll(name.substr(layer_prefix.size()))));
-  }
-  if (name.rfind("embedding.", 0) == 0) return 0;
-  return static_cast<std::int64_t>(*std::max_element(layer_stage.begin(), layer_stage.end()));
-}
-
 std::int64_t local_numel(const Parameter& p, std::int64_t tp) {
   std::int64_t n = shape_numel(p.global_shape);
   if (p.partition_dim >= 0) n /= tp;
@@ -31,41 +21,26 @@ std::int64_t local_numel(const Parameter& p, std::int64_t tp) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const ParameterSet& params, const ModelDimensions& d,
-                       const PlanLayout& layout, bool tied_embeddings) {
+MemoryPlan plan_memory(const std::vector<StageParameters>& stage_params, const ModelDimensions& d,
+                       const PlanLayout& layout) {
   const std::int64_t pp = layout.pipeline, tp = layout.tensor;
-  PipelineLayout placement;
-  placement.num_layers = d.num_layers;
-  placement.pipeline_size = static_cast<int>(pp);
-  placement.virtual_size = layout.virtual_size;
-  placement.first_stage_layers = layout.first_stage_layers;
-  placement.last_stage_layers = layout.last_stage_layers;
-  MemoryPlan plan;
-  std::vector<std::int64_t> layer_stage(static_cast<std::size_t>(d.num_layers), 0);
-  for (std::int64_t s = 0; s < pp; ++s) {
-    std::int64_t count = 0;
-    for (int c = 0; c < layout.virtual_size; ++c) {
-      const LayerRange r = stage_layers(placement, static_cast<int>(s), c);
-      for (std::int64_t l = r.first; l < r.first + r.count; ++l)
-        layer_stage[static_cast<std::size_t>(l)] = s;
-      count += r.count;
-    }
-    plan.stages.push_back({s, count, 0});
+  if (static_cast<std::int64_t>(stage_params.size()) != pp) {
+    throw Error("plan_memory: " + std::to_string(stage_params.size()) +
+                " stages for pipeline size " + std::to_string(pp));
   }
+  MemoryPlan plan;
   std::vector<std::vector<std::int64_t>> stage_numels(static_cast<std::size_t>(pp));
   std::vector<std::vector<bool>> stage_shared(static_cast<std::size_t>(pp));  // tied copies
-  for (const auto& p : params) {
-    plan.total_parameters += shape_numel(p->global_shape);
-    const std::int64_t n = local_numel(*p, tp);
-    const auto stage = static_cast<std::size_t>(stage_of(p->name, layer_stage));
-    plan.stages[stage].parameters += n;
-    stage_numels[stage].push_back(n);
-    const bool tied = tied_embeddings && pp > 1 && p->name == "embedding.word_embeddings.weight";
-    stage_shared[stage].push_back(tied);
-    if (tied) {
+  std::set<std::string> counted;
+  for (std::int64_t s = 0; s < pp; ++s) {
+    const StageParameters& stage = stage_params[static_cast<std::size_t>(s)];
+    plan.stages.push_back({s, stage.layers, 0});
+    for (const auto& p : *stage.params) {
+      if (counted.insert(p->name).second) plan.total_parameters += shape_numel(p->global_shape);
+      const std::int64_t n = local_numel(*p, tp);
       plan.stages.back().parameters += n;
-      stage_numels.back().push_back(n);
-      stage_shared.back().push_back(true);
+      stage_numels[static_cast<std::size_t>(s)].push_back(n);
+      stage_shared[static_cast<std::size_t>(s)].push_back(p->shared_across_pipeline);
     }
   }
   std::size_t largest = 0;

@@ -33,9 +33,6 @@ StepResult run_pipeline_step(Model& model, const PipelineStep& st) {
   const std::vector<PipelineAction> actions =
       st.backward ? pipeline_schedule(layout, rank, st.num_micro_batches)
                   : pipeline_forward_schedule(layout, rank, st.num_micro_batches);
-  const Shape shape = model.activation_shape(st.micro_batch_size);
-  const auto count = static_cast<std::size_t>(shape_numel(shape));
-
   // Neighbouring virtual stages of chunk c on this rank, as (rank, chunk).
   auto previous = [&](int c) {
     return rank > 0 ? std::pair{rank - 1, c} : std::pair{pp - 1, c - 1};
@@ -43,45 +40,69 @@ StepResult run_pipeline_step(Model& model, const PipelineStep& st) {
   auto next = [&](int c) { return rank < pp - 1 ? std::pair{rank + 1, c} : std::pair{0, c + 1}; };
   auto is_first = [&](int c) { return rank == 0 && c == 0; };
   auto is_last = [&](int c) { return rank == pp - 1 && c == vp - 1; };
-
-  // Outgoing tensors stay alive until their sends complete.
-  std::vector<std::pair<Tensor, CommHandle>> sends;
-  auto send = [&](Tensor t, std::pair<int, int> to, int direction) {
-    if (t.shape() != shape || !t.is_contiguous() || t.dtype() != st.activation_dtype) {
-      throw Error("pipeline step: the model handed over a " + t.describe() + " where a " +
-                  shape_str(shape) + " activation was expected (activation_shape)");
-    }
-    CommHandle h = st.comm.send_async(t.raw_data(), count, t.dtype(), to.first,
-                                      message_tag(direction, to.second));
-    sends.emplace_back(std::move(t), std::move(h));
+  // What virtual stage v receives from v - 1 (and sends its gradients back as), asked once.
+  std::vector<SampleSpec> inputs(static_cast<std::size_t>(pp * vp));
+  for (int v = 1; v < pp * vp; ++v)
+    inputs[static_cast<std::size_t>(v)] = model.stage_inputs(v, st.micro_batch_size);
+  auto spec_into = [&](std::pair<int, int> stage) -> const SampleSpec& {
+    return inputs[static_cast<std::size_t>(stage.second * pp + stage.first)];
   };
-  auto receive = [&](std::pair<int, int> from, int chunk, int direction) {
-    Tensor t = Tensor::empty(shape, st.activation_dtype);
-    st.comm.recv(t.raw_data(), count, st.activation_dtype, from.first,
-                 message_tag(direction, chunk));
-    return t;
+
+  // Outgoing tensors stay alive until their sends complete. Each named tensor of a message is
+  // sent in the spec's order; the receiver allocates from the same spec on the model's device.
+  std::vector<std::pair<Tensor, CommHandle>> sends;
+  auto send = [&](const NamedTensors& tensors, const SampleSpec& spec, std::pair<int, int> to,
+                  int direction) {
+    if (tensors.size() != spec.size()) {
+      throw Error("pipeline step: the model handed over " + std::to_string(tensors.size()) +
+                  " tensors where stage_inputs declares " + describe_fields(spec));
+    }
+    for (const FieldSpec& f : spec) {
+      const Tensor& t = named_tensor(tensors, f.name, "the pipeline activations");
+      if (t.shape() != f.shape || !t.is_contiguous() || t.dtype() != f.dtype) {
+        throw Error("pipeline step: the model handed over '" + f.name + "' as a " + t.describe() +
+                    " where stage_inputs declares " + describe_fields({f}));
+      }
+      CommHandle h = st.comm.send_async(t.raw_data(), static_cast<std::size_t>(t.numel()),
+                                        t.dtype(), to.first, message_tag(direction, to.second));
+      sends.emplace_back(t, std::move(h));
+    }
+  };
+  auto receive = [&](const SampleSpec& spec, std::pair<int, int> from, int chunk, int direction) {
+    NamedTensors out;
+    for (const FieldSpec& f : spec) {
+      // Received into the model's device memory: device communicators (NCCL) refuse host
+      // buffers.
+      Tensor t = Tensor::empty(f.shape, f.dtype, st.device);
+      st.comm.recv(t.raw_data(), static_cast<std::size_t>(t.numel()), f.dtype, from.first,
+                   message_tag(direction, chunk));
+      out.emplace_back(f.name, std::move(t));
+    }
+    return out;
   };
 
   StepResult total;
   for (const PipelineAction& a : actions) {
     StepOptions options = st.options(a.micro_batch);
     options.backward = st.backward;
+    const std::pair<int, int> here{rank, a.chunk};
     if (a.op == PipelineOp::forward) {
-      const Tensor input =
-          is_first(a.chunk) ? Tensor() : receive(previous(a.chunk), a.chunk, kForward);
+      const NamedTensors input =
+          is_first(a.chunk) ? NamedTensors{}
+                            : receive(spec_into(here), previous(a.chunk), a.chunk, kForward);
       Model::ChunkOutput out =
           model.forward_chunk(a.chunk, a.micro_batch, st.batch(a.micro_batch), input, options);
       if (is_last(a.chunk)) {
-        total.loss_sum += out.loss.loss_sum;
-        total.token_count += out.loss.token_count;
+        total.add(out.loss);
       } else {
-        send(std::move(out.activation), next(a.chunk), kForward);
+        send(out.activations, spec_into(next(a.chunk)), next(a.chunk), kForward);
       }
     } else {
-      const Tensor output_grad =
-          is_last(a.chunk) ? Tensor() : receive(next(a.chunk), a.chunk, kBackward);
-      Tensor input_grad = model.backward_chunk(a.chunk, a.micro_batch, output_grad, options);
-      if (!is_first(a.chunk)) send(std::move(input_grad), previous(a.chunk), kBackward);
+      const NamedTensors output_grad =
+          is_last(a.chunk) ? NamedTensors{}
+                           : receive(spec_into(next(a.chunk)), next(a.chunk), a.chunk, kBackward);
+      NamedTensors input_grad = model.backward_chunk(a.chunk, a.micro_batch, output_grad, options);
+      if (!is_first(a.chunk)) send(input_grad, spec_into(here), previous(a.chunk), kBackward);
     }
   }
   for (auto& [tensor, handle] : sends)

@@ -17,7 +17,7 @@ struct PipelineStep {
   Communicator& comm;  // the pipeline group: group rank = pipeline stage
   std::int64_t num_micro_batches = 1;
   std::int64_t micro_batch_size = 1;
-  DType activation_dtype = DType::f32;
+  Device device = Device::cpu();             // where activations are received (the model's device)
   bool backward = true;                      // false: forward only (evaluation), in schedule order
   std::function<Batch(std::int64_t)> batch;  // micro-batch k's samples
   std::function<StepOptions(std::int64_t)>

@@ -1,6 +1,7 @@
 // The training loop (Megatron's train / train_step / evaluate) over the plugin interfaces.
 #include "megatron/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -38,9 +39,7 @@ Batch Trainer::Impl::micro_batch(data::Split split, std::int64_t position, std::
   // slice per micro-batch, and data-parallel rank r takes the r-th mbs samples of each slice.
   const std::int64_t dp = services.parallel.dp_size(), dp_rank = services.parallel.dp_rank();
   const std::int64_t first = position + (k * dp + dp_rank) * mbs;
-  const std::int64_t s = dataset.seq_length();
-  Batch b{Tensor::empty({mbs, s}, DType::i32), Tensor::empty({mbs, s}, DType::i32),
-          Tensor::empty({mbs, s}, DType::f32)};
+  Batch b = Batch::allocate(sample_fields, mbs);
   const std::int64_t size = dataset.size(split);
   for (std::int64_t i = 0; i < mbs; ++i) {
     const std::int64_t index = first + i;
@@ -49,12 +48,38 @@ Batch Trainer::Impl::micro_batch(data::Split split, std::int64_t position, std::
                   std::to_string(size) + " samples; sample " + std::to_string(index) +
                   " was asked for");
     }
-    const auto n = static_cast<std::size_t>(s);
-    dataset.get(split, index, {b.tokens.data<std::int32_t>() + i * s, n},
-                {b.labels.data<std::int32_t>() + i * s, n}, {b.loss_mask.data<float>() + i * s, n});
+    dataset.get(split, index, b.sample(i));
   }
   return b;
 }
+
+namespace {
+
+// Sums and counts of every term, reduced over a communicator's ranks (which all hold the same
+// terms in the same order: the same model on the same pipeline stage).
+void all_reduce_losses(Communicator& comm, StepResult& r) {
+  if (comm.size() == 1 || r.losses.empty()) return;
+  std::vector<double> v;
+  for (const LossTerm& t : r.losses) {
+    v.push_back(t.sum);
+    v.push_back(t.count);
+  }
+  comm.all_reduce(std::span<double>(v), ReduceOp::sum);
+  for (std::size_t i = 0; i < r.losses.size(); ++i) {
+    r.losses[i].sum = v[2 * i];
+    r.losses[i].count = v[2 * i + 1];
+  }
+}
+
+// Each term's value (sum / count) as the log prints it.
+std::vector<NamedLoss> loss_values(const StepResult& r) {
+  std::vector<NamedLoss> out;
+  for (const LossTerm& t : r.losses)
+    out.push_back({t.name, t.count > 0 ? t.sum / t.count : 0.0});
+  return out;
+}
+
+}  // namespace
 
 TrainSummary Trainer::run() {
   Impl& t = *impl_;
@@ -87,11 +112,13 @@ TrainSummary Trainer::run() {
   const std::array<std::int64_t, 3> samples = train_valid_test_num_samples(tc, gbs);
   log.info("building datasets: {} train, {} valid, {} test samples", samples[0], samples[1],
            samples[2]);
+  t.sample_fields = t.dataset.sample_fields();
   t.dataset.build(samples);
 
   ModelBuildInfo info;
   info.vocab_size = static_cast<std::int64_t>(t.dataset.tokenizer().vocab_size());
   info.seq_length = t.dataset.seq_length();
+  info.sample_fields = t.sample_fields;
   info.device = t.device;
   info.seed = t.seed;
   info.tensor_comm = parallel.tp_size() > 1 ? &parallel.device_comm(Group::tensor) : nullptr;
@@ -151,7 +178,7 @@ TrainSummary Trainer::run() {
   // One evaluation pass of eval_iters global batches over `split`, from `first`.
   auto evaluate = [&](data::Split split, std::int64_t& position) {
     ddp.wait_param_gather();
-    double sums[2] = {0, 0};
+    StepResult sums;
     const std::int64_t m = gbs / (mbs * dp);
     for (std::int64_t it = 0; it < tc.eval_iters; ++it) {
       auto options = [](std::int64_t) {
@@ -164,29 +191,24 @@ TrainSummary Trainer::run() {
         return t.micro_batch(split, start, k, mbs);
       };
       if (pp > 1) {
-        const StepResult r =
+        sums.add(
             run_pipeline_step(t.model, {pipeline, pp_rank, parallel.device_comm(Group::pipeline), m,
-                                        mbs, info.param_dtype, false, batch, options});
-        sums[0] += r.loss_sum;
-        sums[1] += r.token_count;
+                                        mbs, t.device, false, batch, options}));
       } else {
-        for (std::int64_t k = 0; k < m; ++k) {
-          const StepResult r = t.model.step(batch(k), options(k));
-          sums[0] += r.loss_sum;
-          sums[1] += r.token_count;
-        }
+        for (std::int64_t k = 0; k < m; ++k)
+          sums.add(t.model.step(batch(k), options(k)));
       }
       position += gbs;
     }
-    parallel.comm(Group::data).all_reduce(sums, ReduceOp::sum);
-    return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    all_reduce_losses(parallel.comm(Group::data), sums);
+    return sums;
   };
   auto report_eval = [&](data::Split split, EvalKind kind, std::int64_t& position) {
     if (tc.eval_iters <= 0 || t.dataset.size(split) == 0) return;
-    const double loss = evaluate(split, position);
+    const StepResult result = evaluate(split, position);
     if (!last_rank) return;
     bar.clear();
-    const std::vector<NamedLoss> losses = {{"lm loss", loss}};
+    const std::vector<NamedLoss> losses = loss_values(result);
     for (const std::string& line : format_validation_box(eval_prefix(t.iteration, kind), losses))
       std::cout << line << "\n";
     std::cout.flush();
@@ -197,7 +219,8 @@ TrainSummary Trainer::run() {
   install_stop_signal_handlers();
   log.info("training for {} iterations from iteration {} (global batch {}, micro batch {})",
            t.train_iters, t.iteration, gbs, mbs);
-  double interval_loss_sum = 0, interval_tokens = 0;
+  // Per loss term, the sum over the interval's iterations of each iteration's value.
+  std::vector<NamedLoss> interval_losses;
   std::int64_t interval_iters = 0, interval_nan = 0, interval_skipped = 0;
   std::optional<double> last_grad_norm;
   auto interval_start = Clock::now();
@@ -210,7 +233,7 @@ TrainSummary Trainer::run() {
     // The previous step's all-gather, if still in flight, is waited for bucket by bucket by the
     // forward below (params_needed), as Megatron's forward pre-hooks do.
     ddp.zero_grads();
-    double sums[2] = {0, 0};
+    StepResult sums;
     auto options = [&](std::int64_t k) {
       StepOptions o;
       o.loss_scale = scale / static_cast<float>(m);
@@ -230,27 +253,21 @@ TrainSummary Trainer::run() {
       return t.micro_batch(data::Split::kTrain, t.consumed_train, k, mbs);
     };
     if (pp > 1) {
-      const StepResult r =
-          run_pipeline_step(t.model, {pipeline, pp_rank, parallel.device_comm(Group::pipeline), m,
-                                      mbs, info.param_dtype, true, batch, options});
-      sums[0] = r.loss_sum;
-      sums[1] = r.token_count;
+      sums = run_pipeline_step(t.model, {pipeline, pp_rank, parallel.device_comm(Group::pipeline),
+                                         m, mbs, t.device, true, batch, options});
     } else {
-      for (std::int64_t k = 0; k < m; ++k) {
-        const StepResult r = t.model.step(batch(k), options(k));
-        sums[0] += r.loss_sum;
-        sums[1] += r.token_count;
-      }
+      for (std::int64_t k = 0; k < m; ++k)
+        sums.add(t.model.step(batch(k), options(k)));
     }
     // Data-parallel mean of the gradients (bucket by bucket) and sum of the loss figures.
     ddp.finish_grad_sync();
-    if (dp > 1) parallel.comm(Group::data).all_reduce(sums, ReduceOp::sum);
+    if (dp > 1) all_reduce_losses(parallel.comm(Group::data), sums);
     // Over the optimizer's parameters: with the distributed optimizer only this rank's shards
     // hold reduced gradients. Tensor-parallel peers shard alike (same buffer layout), and each
     // stage's copy of a tied embedding has a bucket of its own, so the pipeline peers do too.
     allreduce_sequence_parallel_grads(opt_params, parallel);
     allreduce_shared_embedding_grads(opt_params, parallel);
-    const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    const double loss = sums.objective();
 
     if (scale != 1.0f) {
       for (auto& p : opt_params)
@@ -294,8 +311,15 @@ TrainSummary Trainer::run() {
     t.consumed_train += sizes.running_global_batch_size;
     ++t.iteration;
     ++interval_iters;
-    interval_loss_sum += loss;
-    interval_tokens += 1;
+    for (const NamedLoss& l : loss_values(sums)) {
+      auto it = std::find_if(interval_losses.begin(), interval_losses.end(),
+                             [&](const NamedLoss& x) { return x.name == l.name; });
+      if (it == interval_losses.end()) {
+        interval_losses.push_back(l);
+      } else {
+        it->value += l.value;
+      }
+    }
     summary.losses.push_back(loss);
 
     if (t.iteration % core.logging.log_interval == 0 || t.iteration == t.train_iters) {
@@ -310,7 +334,8 @@ TrainSummary Trainer::run() {
                           static_cast<double>(parallel.world_size()));
       f.learning_rate = t.scheduler->current_lr();
       f.global_batch_size = sizes.running_global_batch_size;
-      f.losses = {{"lm loss", interval_loss_sum / interval_tokens}};
+      for (const NamedLoss& l : interval_losses)
+        f.losses.push_back({l.name, l.value / static_cast<double>(interval_iters)});
       f.loss_scale = t.scaler ? t.scaler->scale() : 1.0;
       f.grad_norm = last_grad_norm;
       f.skipped_iterations = interval_skipped;
@@ -321,7 +346,7 @@ TrainSummary Trainer::run() {
                   << std::endl;
         if (metrics) metrics << training_metrics_json(f) << std::endl;
       }
-      interval_loss_sum = interval_tokens = 0;
+      interval_losses.clear();
       interval_iters = interval_nan = interval_skipped = 0;
       interval_start = Clock::now();
     }

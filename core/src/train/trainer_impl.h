@@ -22,6 +22,7 @@ struct Trainer::Impl {
   Dataset& dataset;
 
   Device device = Device::cpu();
+  SampleSpec sample_fields;  // the dataset's, read once
   std::optional<BatchSchedule> batches;
   std::optional<OptimizerParamScheduler> scheduler;
   std::unique_ptr<LossScaler> scaler;

@@ -3,10 +3,10 @@
 #include "gpt_dataset.h"
 
 #include <algorithm>
-#include <exception>
 #include <filesystem>
 #include <numeric>
 
+#include "megatron/data/rank_zero_first.h"
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
 
@@ -62,6 +62,16 @@ GptDataset::GptDataset(PluginContext& context)
       if (opened) continue;
       auto dataset =
           std::make_unique<LowLevelDataset>(LowLevelDataset{prefix, IndexedDataset(prefix), {}});
+      // GPTDataset reads every sequence as a document; sentence-level files (several sequences
+      // per document) are BERT's and T5's input and would lose their document boundaries here.
+      if (dataset->data.size() > dataset->data.document_count()) {
+        table_.fail(spec->key, "dataset " + prefix + " holds " +
+                                   std::to_string(dataset->data.size()) + " sequences in " +
+                                   std::to_string(dataset->data.document_count()) +
+                                   " documents: sentence-level data (preprocess "
+                                   "--split-sentences) is for the bert dataset; GPT needs one "
+                                   "sequence per document (preprocess without --split-sentences)");
+      }
       dataset->sequence_lengths = dataset->data.sequence_lengths();
       low_level_.push_back(std::move(dataset));
     }
@@ -82,28 +92,7 @@ void GptDataset::build(const std::array<std::int64_t, 3>& num_samples) {
                   std::to_string(num_samples[slot(split)]) + " samples");
     }
   }
-  if (parallel_.world_size() == 1) {
-    build_here(num_samples);
-    return;
-  }
-  // Megatron's order: global rank 0 builds the caches, then every other rank loads them. The
-  // status broadcast is the barrier, and tells the others when rank 0 failed so none waits.
-  const bool first = parallel_.world_rank() == 0;
-  std::exception_ptr failure;
-  if (first) {
-    try {
-      build_here(num_samples);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  std::array<std::int64_t, 1> status = {failure ? 1 : 0};
-  parallel_.comm(Group::world).broadcast(status, 0);
-  if (failure) std::rethrow_exception(failure);
-  if (status[0] != 0) {
-    throw Error("rank 0 could not build the dataset index caches (its error message says why)");
-  }
-  if (!first) build_here(num_samples);
+  data::build_rank_zero_first(parallel_, [&] { build_here(num_samples); });
 }
 
 void GptDataset::build_here(const std::array<std::int64_t, 3>& num_samples) {
@@ -253,8 +242,16 @@ std::int64_t GptDataset::size(data::Split split) const {
   return splits_[slot(split)].size;
 }
 
-void GptDataset::get(data::Split split, std::int64_t index, std::span<std::int32_t> tokens,
-                     std::span<std::int32_t> labels, std::span<float> loss_mask) const {
+SampleSpec GptDataset::sample_fields() const {
+  const Shape s{options_.seq_length};
+  return {{"tokens", DType::i32, s, FieldKind::token_ids},
+          {"labels", DType::i32, s, FieldKind::labels},
+          {"loss_mask", DType::f32, s, FieldKind::mask}};
+}
+
+void GptDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {
+  const std::span<std::int32_t> tokens = out.i32("tokens"), labels = out.i32("labels");
+  const std::span<float> loss_mask = out.f32("loss_mask");
   const SplitDataset& dataset = splits_[slot(split)];
   if (index < 0 || index >= dataset.size) {
     throw Error("sample " + std::to_string(index) + " of the " + split_text(split) +

@@ -49,8 +49,8 @@ class GptDataset final : public Dataset {
   std::int64_t size(data::Split split) const override;
   std::int64_t seq_length() const override { return options_.seq_length; }
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
-  void get(data::Split split, std::int64_t index, std::span<std::int32_t> tokens,
-           std::span<std::int32_t> labels, std::span<float> loss_mask) const override;
+  SampleSpec sample_fields() const override;
+  void get(data::Split split, std::int64_t index, const SampleSlots& out) const override;
 
  private:
   void build_here(const std::array<std::int64_t, 3>& num_samples);

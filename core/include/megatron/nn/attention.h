@@ -1,12 +1,13 @@
 // Megatron's self-attention: fused QKV projection laid out per query group, optional rotary
-// embedding, fused causal attention (grouped-query) and the output projection. Under tensor
-// parallelism each rank holds whole query groups (a column-parallel QKV and a row-parallel
-// projection), so attention itself needs no communication.
+// embedding, fused causal or padding-masked attention (grouped-query) and the output projection.
+// Under tensor parallelism each rank holds whole query groups (a column-parallel QKV and a
+// row-parallel projection), so attention itself needs no communication.
 #pragma once
 
 #include <string>
 
 #include "megatron/nn/layer_context.h"
+#include "megatron/nn/layer_spec.h"
 #include "megatron/nn/linear.h"
 #include "megatron/nn/transformer_config.h"
 
@@ -21,25 +22,27 @@ class SelfAttention {
     Tensor lse;      // (B, heads, S)
   };
 
-  void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config);
+  void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config,
+               AttentionMask mask = AttentionMask::causal);
 
   // Throws ConfigError unless the factory's tensor-parallel size divides the heads and groups.
   // x (S, B, h) -> y (S, B, h): the projection output with its bias, before dropout. Under
   // sequence parallelism both are (S / tp, B, h) sequence shards.
   // `dropout_site` seeds the attention-probability dropout.
-  void forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary,
+  void forward(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
                std::uint64_t dropout_site, Tensor& y, Saved& saved) const;
   // dx (S, B, h) overwritten; parameter gradients accumulated.
   void backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
-                const RotaryTables* rotary, std::uint64_t dropout_site, const Saved& saved,
+                const LayerInputs& inputs, std::uint64_t dropout_site, const Saved& saved,
                 Tensor& dx) const;
 
   Linear qkv, proj;
 
  private:
-  AttentionParams params(const LayerContext& ctx, std::uint64_t dropout_site, std::int64_t s,
-                         std::int64_t b) const;
+  AttentionParams params(const LayerContext& ctx, const LayerInputs& inputs,
+                         std::uint64_t dropout_site, std::int64_t s, std::int64_t b) const;
   TransformerConfig config_;
+  AttentionMask mask_ = AttentionMask::causal;
   TensorParallelism tp_;
   std::int64_t heads_ = 0, groups_ = 0;  // this rank's
   std::int64_t qkv_local_ = 0;           // this rank's linear_qkv output features

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "megatron/nn/attention.h"
+#include "megatron/nn/layer_spec.h"
 #include "megatron/nn/mlp.h"
 #include "megatron/nn/norm.h"
 
@@ -24,15 +25,18 @@ class TransformerLayer {
     bool valid = false;
   };
 
-  // `index` numbers the layer's dropout sites.
+  // Dropout sites the layer uses: attention probabilities, after attention, after the MLP.
+  static constexpr std::uint64_t kDropoutSites = 3;
+  // The layer's dropout sites are first_dropout_site + [0, kDropoutSites), allocated by whoever
+  // declares the model (a layer kind never shares another's streams).
   void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config,
-               std::int64_t index);
+               const LayerSpec& spec, std::uint64_t first_dropout_site);
   // x, y (S, B, h), or (S / tp, B, h) sequence shards under sequence parallelism; saved is filled
   // only when `keep`.
-  void forward(const LayerContext& ctx, const Tensor& x, const RotaryTables* rotary, Tensor& y,
+  void forward(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs, Tensor& y,
                Saved& saved, bool keep) const;
   // Needs a saved forward; dx (S, B, h) overwritten; releases `saved`.
-  void backward(const LayerContext& ctx, const Tensor& dy, const RotaryTables* rotary, Saved& saved,
+  void backward(const LayerContext& ctx, const Tensor& dy, const LayerInputs& inputs, Saved& saved,
                 Tensor& dx) const;
 
   Norm input_layernorm, pre_mlp_layernorm;
@@ -40,7 +44,7 @@ class TransformerLayer {
   Mlp mlp;
 
  private:
-  std::uint64_t site(int k) const { return 1 + 3 * static_cast<std::uint64_t>(index_) + k; }
+  std::uint64_t site(int k) const { return first_site_ + static_cast<std::uint64_t>(k); }
   // Philox offset of hidden-dropout site k for an activation shard of `numel` elements: a
   // sequence shard continues the unsplit tensor's stream at its first element, so the masks
   // equal the single-rank run's; replicated activations use the same masks on every rank.
@@ -49,7 +53,7 @@ class TransformerLayer {
   }
   TransformerConfig config_;
   TensorParallelism tp_;
-  std::int64_t index_ = 0;
+  std::uint64_t first_site_ = 0;
 };
 
 }  // namespace megatron::nn

@@ -18,10 +18,6 @@ enum class Precision { fp32, bf16, fp16 };
 
 struct PlanLayout {
   std::int64_t tensor = 1, pipeline = 1, data = 1;
-  // How layers are placed on stages: the training code's PipelineLayout (pipeline_schedule.h)
-  // is built from these, so `plan` assigns layers exactly as training does.
-  int virtual_size = 1;
-  std::int64_t first_stage_layers = 0, last_stage_layers = 0;
   std::int64_t micro_batch_size = 1;
   std::int64_t num_micro_batches = 1;
   Precision precision = Precision::fp32;
@@ -54,11 +50,18 @@ struct MemoryPlan {
   double activations_full = 0;
 };
 
-// Which pipeline stage holds a parameter: decoder.layers.{i} by layer, embedding.* on the first,
-// final norm and output layer on the last. Tied word embeddings are held by the last stage too
-// (Megatron keeps a copy there when pipeline > 1).
-MemoryPlan plan_memory(const ParameterSet& params, const ModelDimensions& dims,
-                       const PlanLayout& layout, bool tied_embeddings);
+// One pipeline stage as the model declares it when built for that stage (on the meta device):
+// its parameters (one tensor-parallel rank's shards are derived from them) and its layer count.
+struct StageParameters {
+  const ParameterSet* params = nullptr;
+  std::int64_t layers = 0;
+};
+
+// `stages` in pipeline order. A parameter held by several stages (a tied word embedding's copy on
+// the last stage, marked shared_across_pipeline) counts once in total_parameters and on every
+// stage that holds it.
+MemoryPlan plan_memory(const std::vector<StageParameters>& stages, const ModelDimensions& dims,
+                       const PlanLayout& layout);
 
 // "1.23 GiB", "512.0 MiB".
 std::string format_bytes(double bytes);

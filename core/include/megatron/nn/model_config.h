@@ -1,4 +1,6 @@
-// The [model] table of the GPT plugin: Megatron's argument names, defaults and consistency rules.
+// The [model] keys every transformer model shares (Megatron's argument names, defaults and
+// consistency rules): sizes, norms, dropout, init, positions, vocabulary padding, recomputation.
+// A model plugin declares them with declare_model_config and adds its own keys.
 #pragma once
 
 #include <cstdint>
@@ -8,13 +10,13 @@
 #include "megatron/config/table.h"
 #include "megatron/nn/transformer_config.h"
 
-namespace megatron::gpt {
+namespace megatron::nn {
 
 enum class PositionEmbedding { learned_absolute, rope, none };
 enum class Recompute { none, selective, full };
 enum class RecomputeMethod { uniform, block };
 
-struct GptConfig {
+struct ModelConfig {
   nn::TransformerConfig transformer;
   PositionEmbedding position_embedding = PositionEmbedding::learned_absolute;
   std::int64_t max_position_embeddings = 0;  // 0: the sequence length
@@ -27,7 +29,7 @@ struct GptConfig {
   std::int64_t recompute_num_layers = 1;
 };
 
-void declare_gpt_config(config::TableSchema& schema);
-GptConfig parse_gpt_config(const config::ConfigTable& table);
+void declare_model_config(config::TableSchema& schema);
+ModelConfig parse_model_config(const config::ConfigTable& table);
 
-}  // namespace megatron::gpt
+}  // namespace megatron::nn

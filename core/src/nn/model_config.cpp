@@ -1,9 +1,9 @@
-// GPT [model] keys and their parsing into GptConfig.
-#include "gpt_config.h"
+// The shared transformer [model] keys and their parsing into ModelConfig.
+#include "megatron/nn/model_config.h"
 
-namespace megatron::gpt {
+namespace megatron::nn {
 
-void declare_gpt_config(config::TableSchema& s) {
+void declare_model_config(config::TableSchema& s) {
   using config::Range;
   s.integer("num_layers", 2, "transformer layers", Range::at_least(1))
       .integer("hidden_size", 64, "hidden size h", Range::at_least(1))
@@ -71,9 +71,9 @@ void declare_gpt_config(config::TableSchema& s) {
   });
 }
 
-GptConfig parse_gpt_config(const config::ConfigTable& t) {
-  GptConfig c;
-  nn::TransformerConfig& tc = c.transformer;
+ModelConfig parse_model_config(const config::ConfigTable& t) {
+  ModelConfig c;
+  TransformerConfig& tc = c.transformer;
   tc.num_layers = t.integer("num_layers");
   tc.hidden_size = t.integer("hidden_size");
   tc.num_attention_heads = t.integer("num_attention_heads");
@@ -85,7 +85,7 @@ GptConfig parse_gpt_config(const config::ConfigTable& t) {
       tc.swiglu ? (8 * tc.hidden_size / 3) / 64 * 64 : 4 * tc.hidden_size;
   tc.ffn_hidden_size = t.find_integer("ffn_hidden_size").value_or(default_ffn);
   tc.normalization =
-      t.string("normalization") == "RMSNorm" ? nn::NormKind::rmsnorm : nn::NormKind::layernorm;
+      t.string("normalization") == "RMSNorm" ? NormKind::rmsnorm : NormKind::layernorm;
   tc.norm_epsilon = static_cast<float>(t.real("layernorm_epsilon"));
   tc.add_bias_linear = !t.boolean("disable_bias_linear");
   tc.add_qkv_bias = t.boolean("add_qkv_bias");
@@ -116,4 +116,4 @@ GptConfig parse_gpt_config(const config::ConfigTable& t) {
   return c;
 }
 
-}  // namespace megatron::gpt
+}  // namespace megatron::nn

@@ -1,0 +1,29 @@
+// What varies between the layers of a stack (Megatron-core's ModuleSpec submodules, as data) and
+// what every layer of a micro-batch is given besides its input.
+#pragma once
+
+#include "megatron/nn/transformer_config.h"
+#include "megatron/tensor/tensor.h"
+
+namespace megatron::nn {
+
+// Which keys a query of self-attention sees.
+enum class AttentionMask {
+  causal,   // keys up to the query's own position (GPT)
+  padding,  // every key but the sample's padding (BERT, T5's encoder): bidirectional
+};
+
+// The slots of one layer. Norm, MLP kind and sizes come from the stack's TransformerConfig.
+struct LayerSpec {
+  AttentionMask self_attention_mask = AttentionMask::causal;
+};
+
+// Per micro-batch inputs shared by the layers of a stack.
+struct LayerInputs {
+  const RotaryTables* rotary = nullptr;  // rotary positions, or none
+  // (B, S) u8 on the model's device, non-zero = that key is padding (Megatron's convention); read
+  // by layers whose attention mask is `padding`.
+  Tensor key_padding_mask;
+};
+
+}  // namespace megatron::nn

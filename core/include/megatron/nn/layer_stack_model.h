@@ -1,0 +1,130 @@
+// A Model made of a pre-process (embedding, first virtual stage), a LayerStack, the final norm
+// and a post-process (heads and losses, last virtual stage): the machinery every such model
+// needs — tensor-parallel checks, pipeline chunks and their pending state, layout-independent
+// initialisation, the params_needed / grads_ready hooks, named stage activations — lives here, so
+// a model plugin (GPT, BERT, a third party's) is wiring: it declares and runs its two processes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "megatron/model.h"
+#include "megatron/nn/layer_stack.h"
+#include "megatron/nn/model_config.h"
+#include "megatron/nn/norm.h"
+
+namespace megatron::nn {
+
+class LayerStackModel : public Model {
+ public:
+  // A plugin's per-micro-batch state of its pre- or post-process, kept for backward.
+  struct ProcessState {
+    virtual ~ProcessState() = default;
+  };
+
+  ParameterSet& parameters() final { return params_; }
+  void build(const ModelBuildInfo& info) final;
+  StepResult step(const Batch& batch, const StepOptions& options) final;
+  ChunkOutput forward_chunk(int chunk, std::int64_t micro_batch, const Batch& batch,
+                            const NamedTensors& input, const StepOptions& options) final;
+  NamedTensors backward_chunk(int chunk, std::int64_t micro_batch, const NamedTensors& output_grad,
+                              const StepOptions& options) final;
+  // Every boundary passes "hidden": (S / tp under sequence parallelism, B, h).
+  SampleSpec stage_inputs(int virtual_stage, std::int64_t micro_batch_size) const override;
+  ModelDimensions dimensions() const override;
+  // Megatron's num_floating_point_operations (training.py), which it reports for every model.
+  double flops_per_iteration(std::int64_t samples) const override;
+
+  const ModelConfig& config() const { return config_; }
+  std::int64_t padded_vocab_size() const { return padded_vocab_; }
+  // Evaluation-mode forward of the whole model (one stage) up to the final norm: the normed
+  // hidden states (S * B rows, h), row s * B + b, on the model's device.
+  Tensor final_hidden(const Batch& batch);
+
+ protected:
+  // `stack_prefix` names the layers (`decoder` -> decoder.layers.N, decoder.final_layernorm).
+  LayerStackModel(ModelConfig config, std::string name, std::string stack_prefix);
+
+  // ---- what a model plugin supplies --------------------------------------------------------
+  // Called once before declaring, with the build info (e.g. to check fields or sequence length).
+  virtual void prepare(const ModelBuildInfo& info) { (void)info; }
+  // The slots of layer `layer` (default: causal self-attention).
+  virtual LayerSpec layer_spec(std::int64_t layer) const;
+  // Declares the pre-process's parameters; its dropout sites start at 0 and it returns how many
+  // it took. May be called more than once (the last call's parameters are the real ones).
+  virtual std::uint64_t declare_pre_process(ParamFactory& factory) = 0;
+  // Declares the post-process's parameters (after the final norm). `with_pre_process`: this
+  // stage also holds the pre-process (a tied embedding is shared, not copied).
+  virtual void declare_post_process(ParamFactory& factory, bool with_pre_process) = 0;
+  // Per micro-batch inputs of the layers (masks from the batch; rotary tables).
+  virtual LayerInputs layer_inputs(const LayerContext& ctx, const Batch& batch);
+  // batch -> x (S / tp under sequence parallelism, B, h) in param dtype.
+  virtual Tensor pre_forward(const LayerContext& ctx, const Batch& batch,
+                             std::unique_ptr<ProcessState>& state) = 0;
+  // Accumulates the pre-process's parameter gradients from dx (shaped as pre_forward's output).
+  virtual void pre_backward(const LayerContext& ctx, ProcessState* state, const Tensor& dx) = 0;
+  // normed (rows = S / tp * B under sequence parallelism, h) -> the losses. With
+  // options.backward, keeps what post_backward needs.
+  virtual StepResult post_forward(const LayerContext& ctx, const Batch& batch, const Tensor& normed,
+                                  const StepOptions& options,
+                                  std::unique_ptr<ProcessState>& state) = 0;
+  // The gradient of options.loss_scale * objective with respect to `normed` (same shape);
+  // accumulates the post-process's parameter gradients.
+  virtual Tensor post_backward(const LayerContext& ctx, ProcessState* state) = 0;
+
+  // ---- what the plugin may use ---------------------------------------------------------------
+  const ModelBuildInfo& info() const { return info_; }
+  const TensorParallelism& tp() const { return tp_; }
+  LayerContext context(const StepOptions& options) const;
+  // Sequence length of the activations between tensor-parallel regions.
+  std::int64_t local_seq(std::int64_t s) const { return tp_.sp() ? s / tp_.size : s; }
+  bool holds_pre_process() const { return info_.pipeline.is_first_virtual_stage(0); }
+  bool holds_post_process() const {
+    return info_.pipeline.is_last_virtual_stage(info_.pipeline.num_chunks() - 1);
+  }
+  // The output projection's weight of a model that may tie it to the word embeddings (vocabulary
+  // rows padded): an untied `output_layer.weight`; or, tied, on a last stage without the
+  // embedding, that stage's own copy of `embedding.word_embeddings.weight` (Megatron's shared
+  // embedding: same name, so the same initialisation, kept equal by summing the copies'
+  // gradients). nullptr: tied on a stage that holds the embedding itself.
+  Parameter* declare_output_weight(ParamFactory& factory, bool with_pre_process, bool untied);
+  // On the first stage: marks the word embeddings as shared with the last stage's copy when they
+  // are tied and the pipeline has several stages.
+  void share_word_embeddings(Parameter& word_embeddings, bool untied);
+  // "GPT: 4 layers, hidden 128, ..." with this rank's parameter count and place.
+  std::string describe_layout(const std::string& architecture) const;
+
+  ModelConfig config_;
+  std::int64_t padded_vocab_ = 0;
+
+ private:
+  struct Pending {
+    LayerInputs inputs;
+    std::unique_ptr<ProcessState> pre, post;
+    LayerStack::State stack;
+    Tensor x_rows;  // the last layer's output (rows, h), input of the final norm
+    Norm::Saved final_saved;
+  };
+  void declare_all(ParamFactory& factory, const std::vector<LayerRange>& chunks, bool pre,
+                   bool post);
+  void assign_init_indices();
+  static TensorParallelism tensor_parallelism(const ModelBuildInfo& info, const std::string& name);
+
+  std::string name_, stack_prefix_;
+  ModelBuildInfo info_;
+  TensorParallelism tp_;
+  ParameterSet params_;
+  ParameterSet probe_params_;  // the whole model on the meta device (initialisation order)
+  LayerStack stack_;
+  Norm final_norm_;
+  std::uint64_t pre_sites_ = 0;
+  std::map<std::pair<int, std::int64_t>, Pending> pending_;
+  // For the hooks: the pre-process's parameters and the post-process's (final norm included).
+  std::vector<Parameter*> pre_params_, post_params_;
+};
+
+}  // namespace megatron::nn

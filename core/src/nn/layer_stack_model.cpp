@@ -1,0 +1,299 @@
+// LayerStackModel: build (declaration by pipeline stage, whole-model initialisation order),
+// forward and backward of pipeline chunks, and the one-stage step, in Megatron's (S, B, h)
+// activation layout.
+#include "megatron/nn/layer_stack_model.h"
+
+#include <sstream>
+#include <unordered_map>
+
+#include "megatron/error.h"
+#include "megatron/tokenizer/tokenizer.h"
+
+namespace megatron::nn {
+
+LayerStackModel::LayerStackModel(ModelConfig config, std::string name, std::string stack_prefix)
+    : config_(std::move(config)), name_(std::move(name)), stack_prefix_(std::move(stack_prefix)) {}
+
+LayerSpec LayerStackModel::layer_spec(std::int64_t) const {
+  return {};
+}
+
+LayerInputs LayerStackModel::layer_inputs(const LayerContext&, const Batch&) {
+  return {};
+}
+
+TensorParallelism LayerStackModel::tensor_parallelism(const ModelBuildInfo& info,
+                                                      const std::string& name) {
+  TensorParallelism tp{info.tensor_comm, info.tp_rank, info.tp_size,
+                       info.sequence_parallel && info.tp_size > 1};
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) {
+    throw Error(name + ": tensor-parallel rank " + std::to_string(tp.rank) + " of " +
+                std::to_string(tp.size));
+  }
+  if (tp.split() && !tp.comm && !info.device.is_meta()) {
+    throw Error(name + ": tensor_model_parallel_size " + std::to_string(tp.size) +
+                " needs the tensor-parallel communicator (ModelBuildInfo::tensor_comm)");
+  }
+  if (tp.comm && (tp.comm->size() != tp.size || tp.comm->rank() != tp.rank)) {
+    throw Error(name + ": the tensor-parallel communicator is rank " +
+                std::to_string(tp.comm->rank()) + " of " + std::to_string(tp.comm->size()) +
+                ", ModelBuildInfo says " + std::to_string(tp.rank) + " of " +
+                std::to_string(tp.size));
+  }
+  if (tp.sp() && info.seq_length % tp.size != 0) {
+    throw ConfigError("sequence_parallel: seq_length (" + std::to_string(info.seq_length) +
+                      ") must be divisible by tensor_model_parallel_size (" +
+                      std::to_string(tp.size) + "): each rank holds an equal sequence shard");
+  }
+  return tp;
+}
+
+void LayerStackModel::declare_all(ParamFactory& factory, const std::vector<LayerRange>& chunks,
+                                  bool pre, bool post) {
+  const std::size_t start = factory.params.size();
+  // The pre-process's dropout sites come first whether or not this stage holds it, so every
+  // stage numbers its layers' sites alike.
+  if (pre) pre_sites_ = declare_pre_process(factory);
+  const std::size_t after_pre = factory.params.size();
+  stack_.declare(
+      factory, stack_prefix_ + ".layers", config_, [this](std::int64_t l) { return layer_spec(l); },
+      chunks, pre_sites_);
+  const std::size_t after_stack = factory.params.size();
+  if (post) {
+    const TransformerConfig& tc = config_.transformer;
+    final_norm_ = Norm::declare(factory, stack_prefix_ + ".final_layernorm", tc.hidden_size,
+                                tc.normalization, tc.norm_epsilon);
+    declare_post_process(factory, pre);
+  }
+  pre_params_.clear();
+  post_params_.clear();
+  for (std::size_t i = start; i < after_pre; ++i)
+    pre_params_.push_back(&factory.params[i]);
+  for (std::size_t i = after_stack; i < factory.params.size(); ++i)
+    post_params_.push_back(&factory.params[i]);
+}
+
+void LayerStackModel::build(const ModelBuildInfo& info) {
+  info_ = info;
+  tp_ = tensor_parallelism(info, name_);
+  if (info.pipeline.size < 1 || info.pipeline.rank < 0 ||
+      info.pipeline.rank >= info.pipeline.size) {
+    throw Error(name_ + ": pipeline rank " + std::to_string(info.pipeline.rank) + " of " +
+                std::to_string(info.pipeline.size));
+  }
+  // Megatron pads to a multiple of make_vocab_size_divisible_by x TP, so every rank holds an
+  // equal vocabulary slice.
+  padded_vocab_ =
+      megatron::padded_vocab_size(info.vocab_size, config_.make_vocab_size_divisible_by, tp_.size);
+  prepare(info);
+
+  // The whole model on the meta device first: its declaration order is the initialisation
+  // order (parameter k draws Philox stream k), so every layout initialises alike.
+  probe_params_ = ParameterSet();
+  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_};
+  declare_all(probe, {}, true, true);
+
+  params_ = ParameterSet();
+  ParamFactory factory{params_, info.device, info.param_dtype, tp_};
+  declare_all(factory, info.pipeline.chunks, holds_pre_process(), holds_post_process());
+  assign_init_indices();
+  if (!info.device.is_meta()) initialize_parameters(backend_for(info.device), params_, info.seed);
+}
+
+void LayerStackModel::assign_init_indices() {
+  std::unordered_map<std::string, std::int64_t> index;
+  for (std::size_t i = 0; i < probe_params_.size(); ++i)
+    index.emplace(probe_params_[i].name, static_cast<std::int64_t>(i));
+  for (auto& p : params_) {
+    auto it = index.find(p->name);
+    if (it == index.end()) {
+      throw Error(name_ + ": parameter " + p->name +
+                  " is declared on this pipeline stage but not in the whole model");
+    }
+    p->init_index = it->second;
+  }
+}
+
+LayerContext LayerStackModel::context(const StepOptions& options) const {
+  return {backend_for(info_.device), options.training, options.dropout_seed, options.dropout_offset,
+          info_.compute_dtype};
+}
+
+SampleSpec LayerStackModel::stage_inputs(int, std::int64_t micro_batch_size) const {
+  return {{"hidden",
+           info_.param_dtype,
+           {local_seq(info_.seq_length), micro_batch_size, config_.transformer.hidden_size},
+           FieldKind::value}};
+}
+
+Model::ChunkOutput LayerStackModel::forward_chunk(int chunk, std::int64_t micro_batch,
+                                                  const Batch& batch, const NamedTensors& input,
+                                                  const StepOptions& options) {
+  if (chunk < 0 || chunk >= static_cast<int>(stack_.chunks().size())) {
+    throw Error(name_ + ": no pipeline chunk " + std::to_string(chunk) + " on this stage");
+  }
+  const LayerContext ctx = context(options);
+  Backend& be = ctx.backend;
+  Pending p;
+  p.inputs = layer_inputs(ctx, batch);
+  Tensor x;
+  if (info_.pipeline.is_first_virtual_stage(chunk)) {
+    if (options.params_needed && !pre_params_.empty()) options.params_needed(pre_params_);
+    x = pre_forward(ctx, batch, p.pre);
+  } else {
+    const Tensor& received = named_tensor(input, "hidden", name_ + "'s stage inputs");
+    const Shape want = stage_inputs(1, batch.size())[0].shape;
+    if (received.shape() != want) {
+      throw Error(name_ + ": pipeline chunk " + std::to_string(chunk) + " received a " +
+                  received.describe() + " activation, expected " + shape_str(want));
+    }
+    x = be.empty(want, info_.param_dtype);
+    be.copy(received, x);
+  }
+  x = stack_.forward(ctx, chunk, x, p.inputs, options.backward, p.stack, options);
+  ChunkOutput out;
+  if (!info_.pipeline.is_last_virtual_stage(chunk)) {
+    out.activations.emplace_back("hidden", x);
+  } else {
+    const std::int64_t h = config_.transformer.hidden_size, rows = x.size(0) * x.size(1);
+    p.x_rows = x.view({rows, h});
+    if (options.params_needed && !post_params_.empty()) options.params_needed(post_params_);
+    Tensor normed = be.empty({rows, h}, info_.param_dtype);
+    final_norm_.forward(be, p.x_rows, normed, p.final_saved);
+    out.loss = post_forward(ctx, batch, normed, options, p.post);
+  }
+  if (options.backward) {
+    if (!pending_.emplace(std::pair{chunk, micro_batch}, std::move(p)).second) {
+      throw Error(name_ + ": forward of chunk " + std::to_string(chunk) + ", micro-batch " +
+                  std::to_string(micro_batch) + " run twice before its backward");
+    }
+  }
+  return out;
+}
+
+NamedTensors LayerStackModel::backward_chunk(int chunk, std::int64_t micro_batch,
+                                             const NamedTensors& output_grad,
+                                             const StepOptions& options) {
+  auto it = pending_.find({chunk, micro_batch});
+  if (it == pending_.end()) {
+    throw Error(name_ + ": backward of chunk " + std::to_string(chunk) + ", micro-batch " +
+                std::to_string(micro_batch) + " without its forward");
+  }
+  Pending p = std::move(it->second);
+  pending_.erase(it);
+  const LayerContext ctx = context(options);
+  Backend& be = ctx.backend;
+  Tensor dy;
+  if (info_.pipeline.is_last_virtual_stage(chunk)) {
+    const std::int64_t rows = p.x_rows.size(0), h = p.x_rows.size(1);
+    const Tensor dnormed = post_backward(ctx, p.post.get());
+    p.post.reset();
+    const std::int64_t s = local_seq(info_.seq_length);
+    dy = be.empty({s, rows / s, h}, info_.param_dtype);
+    Tensor dy_rows = dy.view({rows, h});
+    final_norm_.backward(be, dnormed, p.x_rows, p.final_saved, dy_rows);
+    if (options.grads_ready && !post_params_.empty()) options.grads_ready(post_params_);
+  } else {
+    const Tensor& g = named_tensor(output_grad, "hidden", name_ + "'s stage gradients");
+    dy = be.empty(g.shape(), info_.param_dtype);
+    be.copy(g, dy);
+  }
+  dy = stack_.backward(ctx, chunk, dy, p.inputs, p.stack, options);
+  if (!info_.pipeline.is_first_virtual_stage(chunk)) return {{"hidden", dy}};
+  pre_backward(ctx, p.pre.get(), dy);
+  if (options.grads_ready && !pre_params_.empty()) options.grads_ready(pre_params_);
+  return {};
+}
+
+StepResult LayerStackModel::step(const Batch& batch, const StepOptions& options) {
+  if (info_.pipeline.size > 1 || stack_.chunks().size() > 1) {
+    throw Error(name_ +
+                ": step() runs the whole model; a pipeline stage runs forward_chunk / "
+                "backward_chunk");
+  }
+  const ChunkOutput out = forward_chunk(0, -1, batch, {}, options);
+  if (options.backward) backward_chunk(0, -1, {}, options);
+  return out.loss;
+}
+
+Tensor LayerStackModel::final_hidden(const Batch& batch) {
+  if (info_.pipeline.size > 1 || stack_.chunks().size() > 1) {
+    throw Error(name_ + ": final_hidden() runs the whole model on one pipeline stage");
+  }
+  StepOptions eval;
+  eval.backward = false;
+  eval.training = false;
+  eval.dropout_seed = 0;
+  const LayerContext ctx = context(eval);
+  Backend& be = ctx.backend;
+  std::unique_ptr<ProcessState> pre;
+  LayerStack::State state;
+  const LayerInputs inputs = layer_inputs(ctx, batch);
+  const Tensor x = stack_.forward(ctx, 0, pre_forward(ctx, batch, pre), inputs, false, state, eval);
+  const std::int64_t h = config_.transformer.hidden_size, rows = x.size(0) * x.size(1);
+  Tensor normed = be.empty({rows, h}, info_.param_dtype);
+  Norm::Saved saved;
+  final_norm_.forward(be, x.view({rows, h}), normed, saved);
+  return normed;
+}
+
+double LayerStackModel::flops_per_iteration(std::int64_t samples) const {
+  // Forward + backward = 3 x forward, 2 FLOPs per multiply-add, attention counted at half (causal).
+  const TransformerConfig& tc = config_.transformer;
+  const double gbs = static_cast<double>(samples), s = static_cast<double>(info_.seq_length);
+  const double l = static_cast<double>(tc.num_layers), h = static_cast<double>(tc.hidden_size);
+  const double np = static_cast<double>(tc.num_attention_heads);
+  const double ng = static_cast<double>(tc.num_query_groups);
+  const double q_ratio = static_cast<double>(tc.kv_channels) * np / h;
+  const double glu = tc.swiglu ? 1.5 : 1.0;
+  const double ffn = static_cast<double>(tc.ffn_hidden_size);
+  return 12.0 * gbs * s * l * h * h * ((1.0 + ng / np + s / h / 2.0) * q_ratio + ffn / h * glu) +
+         6.0 * gbs * s * h * static_cast<double>(padded_vocab_);
+}
+
+ModelDimensions LayerStackModel::dimensions() const {
+  const TransformerConfig& tc = config_.transformer;
+  return {tc.num_layers,      tc.hidden_size,   tc.num_attention_heads,
+          tc.ffn_hidden_size, info_.seq_length, padded_vocab_};
+}
+
+Parameter* LayerStackModel::declare_output_weight(ParamFactory& factory, bool with_pre_process,
+                                                  bool untied) {
+  const TransformerConfig& tc = config_.transformer;
+  if (untied) {
+    return &factory.declare("output_layer.weight", {padded_vocab_, tc.hidden_size},
+                            ParamInit::normal, tc.init_method_std, true, Split{0, 1});
+  }
+  if (with_pre_process) return nullptr;
+  Parameter* copy =
+      &factory.declare("embedding.word_embeddings.weight", {padded_vocab_, tc.hidden_size},
+                       ParamInit::normal, tc.init_method_std, true, Split{0, 1});
+  copy->shared_across_pipeline = true;
+  return copy;
+}
+
+void LayerStackModel::share_word_embeddings(Parameter& word_embeddings, bool untied) {
+  if (!untied && !holds_post_process() && info_.pipeline.size > 1) {
+    word_embeddings.shared_across_pipeline = true;
+  }
+}
+
+std::string LayerStackModel::describe_layout(const std::string& architecture) const {
+  std::ostringstream out;
+  out << architecture << ", " << params_.numel() << " parameters";
+  // Megatron's "number of parameters on (tensor, pipeline) model parallel rank": this rank's.
+  const bool pp = info_.pipeline.size > 1;
+  if (tp_.split() || pp) out << " on this rank (";
+  if (tp_.split()) {
+    out << "tensor-parallel rank " << tp_.rank << " of " << tp_.size
+        << (tp_.sp() ? ", sequence parallel" : "");
+  }
+  if (pp) {
+    out << (tp_.split() ? "; " : "") << "pipeline stage " << info_.pipeline.rank << " of "
+        << info_.pipeline.size;
+  }
+  if (tp_.split() || pp) out << ")";
+  return out.str();
+}
+
+}  // namespace megatron::nn
