@@ -180,6 +180,31 @@ TEST_P(ElementwiseTest, GeluForwardBackwardMatchReference) {
   }
 }
 
+TEST_P(ElementwiseTest, TanhForwardBackwardMatchReference) {
+  for (DType dtype : kFloatTypes) {
+    for (const Shape& shape : kShapes) {
+      for (Layout layout : kAllLayouts) {
+        SCOPED_TRACE("tanh " + describe(dtype, shape, layout));
+        // Past +-20 tanh is +-1 in every dtype: the tails must not overflow into NaN.
+        Tensor x = random_on(be(), shape, dtype, 16, layout, -30.0f, 30.0f);
+        Tensor dy = random_on(be(), shape, dtype, 17, Layout::contiguous);
+        Tensor y = make_tensor(be(), shape, dtype, layout);
+        Tensor dx = make_tensor(be(), shape, dtype, layout);
+        be().tanh_forward(x, y);
+        be().tanh_backward(dy, y, dx);
+        const auto xv = host_values(be(), x), gv = host_values(be(), dy);
+        std::vector<double> value(xv.size()), grad(xv.size());
+        for (std::size_t i = 0; i < xv.size(); ++i) {
+          value[i] = std::tanh(xv[i]);
+          grad[i] = gv[i] * (1.0 - value[i] * value[i]);
+        }
+        EXPECT_TRUE(all_close(to_host(be(), y), reference(value, shape), tolerance_for(dtype)));
+        EXPECT_TRUE(all_close(to_host(be(), dx), reference(grad, shape), tolerance_for(dtype)));
+      }
+    }
+  }
+}
+
 TEST_P(ElementwiseTest, GeluIsFiniteAndAccurateInTheTails) {
   const std::vector<double> points = {-200, -30, -12, -6, -3, -1e-3, 0, 1e-3, 3, 6, 12, 30, 200};
   const Shape shape{static_cast<std::int64_t>(points.size())};
@@ -434,6 +459,19 @@ TEST(ElementwiseGradients, Gelu) {
     host().gelu_backward(w, x, dx, approx);
     EXPECT_TRUE(gradient_matches(loss, x, dx, 1e-6, 66)) << (approx == GeluApproximation::tanh);
   }
+}
+
+TEST(ElementwiseGradients, Tanh) {
+  Tensor x = host_random({6, 11}, 14, -4.0f, 4.0f), w = host_random({6, 11}, 15);
+  auto loss = [&] {
+    Tensor y = Tensor::empty(x.shape(), DType::f64);
+    host().tanh_forward(x, y);
+    return weighted_sum(y, w);
+  };
+  Tensor y = Tensor::empty(x.shape(), DType::f64), dx = Tensor::empty(x.shape(), DType::f64);
+  host().tanh_forward(x, y);
+  host().tanh_backward(w, y, dx);
+  EXPECT_TRUE(gradient_matches(loss, x, dx));
 }
 
 TEST(ElementwiseGradients, Swiglu) {

@@ -1,5 +1,5 @@
 # Sourced by the train_parallel scripts with MEGATRON_APP MPIEXEC WORK_DIR first: defines
-# `train NP NAME ARGS...`, which trains the tiny GPT (dropout off, micro batch 1, global batch 8,
+# `train NP NAME ARGS...`, which trains the tiny GPT or BERT (dropout off, micro batch 1, global batch 8,
 # 20 iterations, one thread per rank) on NP ranks (1: a plain process without MPI), its metrics in
 # WORK_DIR/NAME.jsonl, `compare` (compare.py), `matches` and `first_ten`.
 set -euo pipefail
@@ -7,7 +7,8 @@ app=$1 mpiexec=$2 work=$3
 shift 3
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
-tiny=(--config "$here/../training/tiny_gpt.toml" --log-level warn
+# TRAIN_PARALLEL_CONFIG: another tiny model's config (the BERT layouts use tiny_bert.toml).
+tiny=(--config "${TRAIN_PARALLEL_CONFIG:-$here/../training/tiny_gpt.toml}" --log-level warn
       --set model.hidden_dropout=0 --set model.attention_dropout=0
       --set training.micro_batch_size=1 --set training.global_batch_size=8
       --set training.train_iters=20 --set training.eval_iters=0 --set runtime.threads=1

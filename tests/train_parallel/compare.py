@@ -1,6 +1,7 @@
 """Compares a run with the reference run of the train_parallel tests.
 
-compare.py losses REF.jsonl GOT.jsonl FIRST LAST   lm loss of iterations FIRST..LAST, 1e-5 relative
+compare.py losses REF.jsonl GOT.jsonl FIRST LAST   every loss (lm loss, sop loss, ...) of iterations
+                                                   FIRST..LAST, 1e-5 relative
 compare.py weights REF.h5 GOT.h5                   every model/ and optimizer/ tensor, same names and
                                                    shapes, values within WEIGHT_ATOL (absolute)
 """
@@ -15,7 +16,8 @@ WEIGHT_ATOL = 1e-4
 
 def losses(path):
     rows = [json.loads(line) for line in open(path)]
-    return {r["iteration"]: r["lm loss"] for r in rows if r["record"] == "train"}
+    return {r["iteration"]: {k: v for k, v in r.items() if k.endswith(" loss")}
+            for r in rows if r["record"] == "train"}
 
 
 def compare_losses(ref_path, got_path, first, last):
@@ -24,9 +26,11 @@ def compare_losses(ref_path, got_path, first, last):
     for it in range(first, last + 1):
         assert it in ref, f"{ref_path} has no iteration {it}"
         assert it in got, f"{got_path} has no iteration {it}"
-        rel = abs(got[it] - ref[it]) / abs(ref[it])
-        worst = max(worst, rel)
-        assert rel <= LOSS_RTOL, f"iteration {it}: lm loss {got[it]!r} vs {ref[it]!r} ({rel:.2e} relative)"
+        assert sorted(got[it]) == sorted(ref[it]), f"iteration {it}: losses {sorted(got[it])} vs {sorted(ref[it])}"
+        for name, want in ref[it].items():
+            rel = abs(got[it][name] - want) / abs(want)
+            worst = max(worst, rel)
+            assert rel <= LOSS_RTOL, f"iteration {it}: {name} {got[it][name]!r} vs {want!r} ({rel:.2e} relative)"
     extra = sorted(set(got) - set(range(first, last + 1)))
     assert not extra, f"{got_path} has unexpected iterations {extra}"
     print(f"losses {first}-{last}: max relative difference {worst:.2e} (limit {LOSS_RTOL:g})")

@@ -102,6 +102,19 @@ MEGATRON_MATH void sigmoid_pair(T e, T& sigmoid, T& complement) {
   complement = T(1) / (T(1) + T(1) / e);
 }
 
+// ---- tanh (BERT's pooler) ----------------------------------------------------------------------
+// tanh x = 1 - 2 / (exp(2x) + 1): exact at both tails (no inf/inf) and needs only exp.
+template <typename T>
+MEGATRON_MATH T tanh_of(T x) {
+  return T(1) - T(2) / (exp_fast(T(2) * x) + T(1));
+}
+
+// d tanh / dx from the output y: 1 - y^2.
+template <typename T>
+MEGATRON_MATH T tanh_grad_from_output(T y) {
+  return T(1) - y * y;
+}
+
 // ---- GeLU --------------------------------------------------------------------------------------
 // Exact form: x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 (erfc keeps the negative tail accurate).
 template <typename T>

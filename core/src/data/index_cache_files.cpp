@@ -38,7 +38,7 @@ Json tokenizer_json(const TokenizerIdentity& tokenizer) {
   out["class"] = tokenizer.class_name;
   out["tokenizer_path"] = tokenizer.paths;
   for (const auto& [key, value] : tokenizer.options)
-    out[key] = value;
+    out[key] = Json::parse(value);
   return out;
 }
 

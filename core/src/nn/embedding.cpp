@@ -7,9 +7,10 @@ namespace megatron::nn {
 
 void Embedding::declare(ParamFactory& factory, const std::string& prefix, std::int64_t vocab_size,
                         std::int64_t hidden, std::int64_t max_positions, float init_std,
-                        float dropout) {
+                        float dropout, std::int64_t num_tokentypes) {
   dropout_ = dropout;
   tp_ = factory.tp;
+  position_embeddings = tokentype_embeddings = nullptr;
   word_embeddings = &factory.declare(prefix + ".word_embeddings.weight", {vocab_size, hidden},
                                      ParamInit::normal, init_std, true, Split{0, 1});
   if (max_positions > 0) {
@@ -19,13 +20,19 @@ void Embedding::declare(ParamFactory& factory, const std::string& prefix, std::i
     // gradient is a partial sum (reduced over the group like the norms').
     position_embeddings->sequence_parallel = factory.tp.sp();
   }
+  if (num_tokentypes > 0) {
+    tokentype_embeddings = &factory.declare(prefix + ".tokentype_embeddings.weight",
+                                            {num_tokentypes, hidden}, ParamInit::normal, init_std);
+    tokentype_embeddings->sequence_parallel = factory.tp.sp();
+  }
 }
 
 std::int64_t Embedding::vocab_start() const {
   return shard_runs(*word_embeddings).front().global_offset;
 }
 
-Tensor Embedding::positions(const Tensor& ids, std::int64_t first_row, std::int64_t rows) const {
+Tensor Embedding::positions(Backend& be, const Tensor& ids, std::int64_t first_row,
+                            std::int64_t rows) const {
   const std::int64_t s = ids.size(0), b = ids.size(1);
   if (s > position_embeddings->value.size(0)) {
     throw Error("sequence length " + std::to_string(s) + " exceeds max_position_embeddings " +
@@ -34,11 +41,19 @@ Tensor Embedding::positions(const Tensor& ids, std::int64_t first_row, std::int6
   std::vector<std::int32_t> pos(static_cast<std::size_t>(rows));
   for (std::int64_t i = 0; i < rows; ++i)
     pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((first_row + i) / b);
-  return Tensor::from(pos, {rows});
+  // Built on the host; the embedding op reads ids on its own device.
+  Tensor out = be.empty({rows}, DType::i32);
+  be.copy(Tensor::from(pos, {rows}), out);
+  return out;
+}
+
+Tensor Embedding::local_rows_of(const Tensor& per_row, std::int64_t first,
+                                std::int64_t rows) const {
+  return per_row.view({per_row.numel()}).slice(0, first, rows);
 }
 
 void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site,
-                        Tensor& y) const {
+                        Tensor& y, const Tensor* types) const {
   Backend& be = ctx.backend;
   const std::int64_t rows = ids.numel(), h = word_embeddings->value.size(1);
   const std::int64_t local_rows = y.numel() / h;  // rows / tp under sequence parallelism
@@ -54,8 +69,16 @@ void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_
   if (position_embeddings) {
     Tensor pos = be.empty({local_rows, h}, y.dtype());
     const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
-    be.embedding_forward(positions(ids, first, local_rows), position_embeddings->value, 0, pos);
+    be.embedding_forward(positions(be, ids, first, local_rows), position_embeddings->value, 0, pos);
     be.add(y_rows, pos, y_rows);
+  }
+  if (tokentype_embeddings) {
+    if (!types) throw Error("embedding with token types: no token types were given");
+    Tensor typ = be.empty({local_rows, h}, y.dtype());
+    const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
+    be.embedding_forward(local_rows_of(*types, first, local_rows), tokentype_embeddings->value, 0,
+                         typ);
+    be.add(y_rows, typ, y_rows);
   }
   const float p = ctx.training ? dropout_ : 0.0f;
   if (p > 0) {
@@ -65,7 +88,7 @@ void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_
 }
 
 void Embedding::backward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site,
-                         const Tensor& dy) const {
+                         const Tensor& dy, const Tensor* types) const {
   Backend& be = ctx.backend;
   const std::int64_t rows = ids.numel(), h = word_embeddings->value.size(1);
   const std::int64_t local_rows = dy.numel() / h;
@@ -78,7 +101,13 @@ void Embedding::backward(const LayerContext& ctx, const Tensor& ids, std::uint64
   }
   if (position_embeddings) {
     const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
-    be.embedding_backward(positions(ids, first, local_rows), d, 0, position_embeddings->grad, true);
+    be.embedding_backward(positions(be, ids, first, local_rows), d, 0, position_embeddings->grad,
+                          true);
+  }
+  if (tokentype_embeddings) {
+    const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
+    be.embedding_backward(local_rows_of(*types, first, local_rows), d, 0,
+                          tokentype_embeddings->grad, true);
   }
   // Backward of the all-reduce is the identity; of the reduce-scatter, an all-gather.
   if (tp_.sp()) {

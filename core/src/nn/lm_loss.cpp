@@ -8,7 +8,7 @@ namespace megatron::nn {
 
 LmLossResult lm_loss(Backend& be, const Tensor& hidden_in, Parameter& weight, const Tensor& labels,
                      const Tensor& loss_mask, float loss_scale, Tensor* dhidden, DType compute,
-                     const TensorParallelism& tp) {
+                     const TensorParallelism& tp, Parameter* bias) {
   const std::int64_t rows = labels.numel(), vocab = weight.value.size(0);
   const std::int64_t h = hidden_in.size(1);
   const DType dt = hidden_in.dtype();
@@ -23,6 +23,7 @@ LmLossResult lm_loss(Backend& be, const Tensor& hidden_in, Parameter& weight, co
 
   Tensor logits = be.empty({rows, vocab}, dt);
   mixed_gemm(be, hidden, false, weight.value, true, logits, compute);
+  if (bias) be.bias_add(logits, bias->value, logits);
   Tensor row_max = be.empty({rows}, stat), loss = be.empty({rows}, stat);
   Tensor sums = be.empty({2, rows}, stat);  // sum_exp and target_logit, reduced in one call
   Tensor sum_exp = sums.select(0, 0), target_logit = sums.select(0, 1);
@@ -51,6 +52,7 @@ LmLossResult lm_loss(Backend& be, const Tensor& hidden_in, Parameter& weight, co
   Tensor dloss = be.empty({rows}, stat);
   be.copy(Tensor::from(dloss_values, {rows}).to(stat), dloss);
   be.cross_entropy_backward(logits, labels, vocab_start, row_max, sum_exp, dloss, logits);
+  if (bias) be.bias_grad(logits, bias->grad, true);
   mixed_gemm(be, logits, true, hidden, false, weight.grad, compute, 1.0f, 1.0f);
   // Each rank's vocabulary slice contributes a partial sum of dhidden.
   if (tp.sp()) {

@@ -4,14 +4,16 @@
 // Conventions for every op:
 //  - Outputs are preallocated by the caller with the documented shape and dtype; ops never
 //    allocate their results. Unless noted, an output may not alias an input.
-//  - Shapes are written (B, S, H, D)-style; "rows" means the product of all dimensions but the last.
+//  - Shapes are written (B, S, H, D)-style; "rows" means the product of all dimensions but the
+//  last.
 //    Inputs may be strided views unless an op says "contiguous".
 //  - Floating ops accept float32 and float64 (float64 exists for finite-difference gradient checks
 //    on CPU); where bf16/fp16 are accepted it says so. Accumulation is at least fp32.
 //  - `accumulate` = true adds into the output (gradient accumulation), false overwrites it.
 //  - Deterministic: the same inputs, seed and thread count give bitwise-identical outputs; every op
 //    except gemm gives the same bits for any thread count.
-//  - Bad arguments (shape, dtype, device mismatch) throw megatron::Error naming the op, the argument
+//  - Bad arguments (shape, dtype, device mismatch) throw megatron::Error naming the op, the
+//  argument
 //    and the expected and actual values.
 #pragma once
 
@@ -29,11 +31,11 @@ enum class GeluApproximation { none, tanh };  // erf form (exact) or Megatron's 
 // Attention over logical (B, S, H, D) tensors; any strides with the last dimension contiguous, so
 // Megatron's (S, B, H, D) layout is passed as a permuted view without copying.
 struct AttentionParams {
-  float scale = 0;          // usually 1/sqrt(D)
-  bool causal = true;       // query i sees keys j <= i + (Sk - Sq) (bottom-right aligned)
-  float dropout_p = 0;      // on the attention probabilities
-  std::uint64_t seed = 0;   // dropout stream: element (b, h, i, j) uses Philox index
-  std::uint64_t offset = 0; //   offset + ((b * Hq + h) * Sq + i) * Sk + j, whatever is masked
+  float scale = 0;           // usually 1/sqrt(D)
+  bool causal = true;        // query i sees keys j <= i + (Sk - Sq) (bottom-right aligned)
+  float dropout_p = 0;       // on the attention probabilities
+  std::uint64_t seed = 0;    // dropout stream: element (b, h, i, j) uses Philox index
+  std::uint64_t offset = 0;  //   offset + ((b * Hq + h) * Sq + i) * Sk + j, whatever is masked
   // Per-sample key padding (BERT, T5 encoder and cross-attention): (B, Sk) u8 (bool stored as
   // u8), contiguous, on the backend's device; non-zero = key j of sample b is padding and no
   // query of that sample sees it (Megatron's convention, True = masked). Applies together with
@@ -67,7 +69,9 @@ class Backend {
   virtual void synchronize() = 0;
 
   // ---- memory -------------------------------------------------------------------------------
-  Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, device()); }
+  Tensor empty(const Shape& shape, DType dtype) const {
+    return Tensor::empty(shape, dtype, device());
+  }
   // dst = src, same shape; any strides; between host and this device in either direction.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void fill(Tensor& t, double value) = 0;
@@ -122,6 +126,10 @@ class Backend {
   // dx = dy * gelu'(x).
   virtual void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx,
                              GeluApproximation approx) = 0;
+  // y = tanh(x) (BERT's pooler). y may alias x.
+  virtual void tanh_forward(const Tensor& x, Tensor& y) = 0;
+  // dx = dy * (1 - y^2), from forward's output y.
+  virtual void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
   // Megatron's SwiGLU: x (..., 2F) = [gate | up] halves of the last dim; y (..., F) =
   // silu(gate) * up.
   virtual void swiglu_forward(const Tensor& x, Tensor& y) = 0;
@@ -176,8 +184,8 @@ class Backend {
   //  2. with the global max: sum_exp (N) = sum exp(logit - max) over the shard; target_logit (N)
   //     = logit[target - vocab_start] if the target is in this shard, else 0. targets i32/i64.
   virtual void cross_entropy_sums(const Tensor& logits, const Tensor& targets,
-                                  std::int64_t vocab_start, const Tensor& row_max,
-                                  Tensor& sum_exp, Tensor& target_logit) = 0;
+                                  std::int64_t vocab_start, const Tensor& row_max, Tensor& sum_exp,
+                                  Tensor& target_logit) = 0;
   //  3. loss (N) = log(sum_exp) + max - target_logit (global sums after all-reduce).
   virtual void cross_entropy_loss(const Tensor& row_max, const Tensor& sum_exp,
                                   const Tensor& target_logit, Tensor& loss) = 0;
@@ -187,12 +195,13 @@ class Backend {
                                       const Tensor& sum_exp, const Tensor& dloss,
                                       Tensor& dlogits) = 0;
 
-  // ---- dropout (mask regenerated from the seed in backward; nothing stored) ----------------------
-  // y = x * keep / (1 - p), keep = philox_uniform_at(seed, offset, i) >= p for logical element i.
+  // ---- dropout (mask regenerated from the seed in backward; nothing stored)
+  // ---------------------- y = x * keep / (1 - p), keep = philox_uniform_at(seed, offset, i) >= p
+  // for logical element i.
   virtual void dropout_forward(const Tensor& x, float p, std::uint64_t seed, std::uint64_t offset,
                                Tensor& y) = 0;
-  virtual void dropout_backward(const Tensor& dy, float p, std::uint64_t seed,
-                                std::uint64_t offset, Tensor& dx) = 0;
+  virtual void dropout_backward(const Tensor& dy, float p, std::uint64_t seed, std::uint64_t offset,
+                                Tensor& dx) = 0;
 
   // ---- reductions and optimizer steps --------------------------------------------------------
   // sqrt(sum of squares over all tensors), accumulated in f64 in a fixed order (for clipping).

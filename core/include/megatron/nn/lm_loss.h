@@ -24,8 +24,13 @@ struct LmLossResult {
 // parallelism hidden and dhidden are (rows / tp, h) sequence shards, all-gathered forward and
 // reduce-scattered backward. Labels and mask cover all rows on every rank; the result is the same
 // on every rank.
+//
+// `bias` (V) (this rank's vocabulary slice, like the weight), when given, is added to the logits
+// (BERT's and T5's output_layer.bias) and its gradient accumulated. Labels outside the vocabulary
+// (BERT's -1 at unmasked positions) must have mask 0.
 LmLossResult lm_loss(Backend& backend, const Tensor& hidden, Parameter& weight,
                      const Tensor& labels, const Tensor& loss_mask, float loss_scale,
-                     Tensor* dhidden, DType compute = DType::f32, const TensorParallelism& tp = {});
+                     Tensor* dhidden, DType compute = DType::f32, const TensorParallelism& tp = {},
+                     Parameter* bias = nullptr);
 
 }  // namespace megatron::nn

@@ -32,6 +32,8 @@ class CpuBackend final : public Backend {
   void scale(Tensor& x, double alpha) override;
   void axpy(double alpha, const Tensor& x, Tensor& y) override;
   void gelu_forward(const Tensor& x, Tensor& y, GeluApproximation approx) override;
+  void tanh_forward(const Tensor& x, Tensor& y) override;
+  void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
   void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx,
                      GeluApproximation approx) override;
   void swiglu_forward(const Tensor& x, Tensor& y) override;
@@ -49,9 +51,8 @@ class CpuBackend final : public Backend {
                           Tensor* dbias, bool accumulate_params) override;
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& y,
                        Tensor& rstd) override;
-  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                        bool accumulate_params) override;
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                        Tensor& dx, Tensor& dweight, bool accumulate_params) override;
 
   // softmax.cpp
   void softmax_forward(const Tensor& x, const Tensor* mask, float scale, bool causal,
@@ -67,8 +68,7 @@ class CpuBackend final : public Backend {
 
   // rotary.cpp
   void rotary_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override;
-  void rotary_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin,
-                       Tensor& dx) override;
+  void rotary_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, Tensor& dx) override;
 
   // embedding.cpp
   void embedding_forward(const Tensor& ids, const Tensor& table, std::int64_t vocab_start,
@@ -82,9 +82,8 @@ class CpuBackend final : public Backend {
                           const Tensor& row_max, Tensor& sum_exp, Tensor& target_logit) override;
   void cross_entropy_loss(const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
                           Tensor& loss) override;
-  void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                              std::int64_t vocab_start, const Tensor& row_max,
-                              const Tensor& sum_exp, const Tensor& dloss,
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::int64_t vocab_start,
+                              const Tensor& row_max, const Tensor& sum_exp, const Tensor& dloss,
                               Tensor& dlogits) override;
 
   // optimizer.cpp

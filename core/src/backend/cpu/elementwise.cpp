@@ -233,6 +233,23 @@ void CpuBackend::axpy(double alpha, const Tensor& x, Tensor& y) {
   });
 }
 
+void CpuBackend::tanh_forward(const Tensor& x, Tensor& y) {
+  constexpr const char* op = "tanh_forward";
+  check_unary(op, x, "y", y);
+  dispatch_float(op, x.dtype(),
+                 [&]<typename T>() { map_unary<T>(x, y, [](T v) { return math::tanh_of(v); }); });
+}
+
+void CpuBackend::tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  constexpr const char* op = "tanh_backward";
+  check_unary(op, y, "dy", dy);
+  check_same_float(op, "dx", dx, "y", y);
+  ops::check_same_shape(op, "dx", dx, "y", y);
+  dispatch_float(op, y.dtype(), [&]<typename T>() {
+    map_binary<T>(dy, y, dx, false, [](T g, T v) { return g * math::tanh_grad_from_output(v); });
+  });
+}
+
 void CpuBackend::gelu_forward(const Tensor& x, Tensor& y, GeluApproximation approx) {
   constexpr const char* op = "gelu_forward";
   check_unary(op, x, "y", y);

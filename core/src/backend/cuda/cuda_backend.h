@@ -84,6 +84,8 @@ class CudaBackend final : public Backend {
   void scale(Tensor& x, double alpha) override;
   void axpy(double alpha, const Tensor& x, Tensor& y) override;
   void gelu_forward(const Tensor& x, Tensor& y, GeluApproximation approx) override;
+  void tanh_forward(const Tensor& x, Tensor& y) override;
+  void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
   void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx,
                      GeluApproximation approx) override;
   void swiglu_forward(const Tensor& x, Tensor& y) override;

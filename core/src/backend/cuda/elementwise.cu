@@ -86,6 +86,14 @@ struct GeluGrad {  // (dy, x) -> dx
   }
 };
 template <typename T>
+struct Tanh {
+  __device__ T operator()(std::int64_t, T v) const { return math::tanh_of(v); }
+};
+template <typename T>
+struct TanhGrad {  // (dy, y) -> dx
+  __device__ T operator()(T g, T v) const { return g * math::tanh_grad_from_output(v); }
+};
+template <typename T>
 struct Swiglu {  // (gate, up) -> y
   __device__ T operator()(T gate, T up) const { return math::swiglu(gate, up); }
 };
@@ -248,6 +256,30 @@ void CudaBackend::axpy(double alpha, const Tensor& x, Tensor& y) {
   DeviceGuard guard(ordinal_);
   dispatch_float(op, x.dtype(), [&]<typename T>() {
     map_binary<T>({op, stream_}, x, y, layout_of(op, "y", y), y, Axpy<T>{static_cast<T>(alpha)});
+  });
+}
+
+void CudaBackend::tanh_forward(const Tensor& x, Tensor& y) {
+  constexpr const char* op = "tanh_forward";
+  CHECK_FLOAT("x", x);
+  CHECK_LIKE("y", y, "x", x);
+  ops::check_same_shape(op, "y", y, "x", x);
+  DeviceGuard guard(ordinal_);
+  dispatch_float(op, x.dtype(), [&]<typename T>() {
+    map_unary<T>({op, stream_}, x, y, Tanh<T>{});
+  });
+}
+
+void CudaBackend::tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  constexpr const char* op = "tanh_backward";
+  CHECK_FLOAT("y", y);
+  CHECK_LIKE("dy", dy, "y", y);
+  ops::check_same_shape(op, "dy", dy, "y", y);
+  CHECK_LIKE("dx", dx, "y", y);
+  ops::check_same_shape(op, "dx", dx, "y", y);
+  DeviceGuard guard(ordinal_);
+  dispatch_float(op, y.dtype(), [&]<typename T>() {
+    map_binary<T>({op, stream_}, dy, y, layout_of(op, "y", y), dx, TanhGrad<T>{});
   });
 }
 

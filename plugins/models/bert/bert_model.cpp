@@ -1,0 +1,160 @@
+// BERT's configuration, inputs, embedding and the wiring of its heads on the core's layer stack.
+#include "bert_model.h"
+
+#include <sstream>
+
+#include "megatron/error.h"
+
+namespace megatron::bert {
+
+void declare_bert_config(config::TableSchema& schema) {
+  nn::declare_model_config(schema);
+  schema.boolean(
+      "bert_binary_head", true,
+      "sentence-order head (pooler + binary head, 'sop loss') and token types; Megatron's "
+      "--bert-no-binary-head sets it false");
+}
+
+BertConfig parse_bert_config(const config::ConfigTable& table) {
+  BertConfig c;
+  c.model = nn::parse_model_config(table);
+  c.binary_head = table.boolean("bert_binary_head");
+  return c;
+}
+
+namespace {
+
+// Megatron's layout: (S, B) rows s * B + b, on the backend's device.
+Tensor to_sequence_major(Backend& be, const Tensor& batch_major) {
+  Tensor out = be.empty({batch_major.size(1), batch_major.size(0)}, batch_major.dtype());
+  be.copy(batch_major.transpose(0, 1).contiguous(), out);
+  return out;
+}
+
+struct EmbeddingState : nn::LayerStackModel::ProcessState {
+  Tensor ids, types;  // (S, B)
+};
+
+}  // namespace
+
+BertModel::BertModel(BertConfig config)
+    : LayerStackModel(std::move(config.model), "BERT", "encoder"),
+      binary_head_(config.binary_head) {}
+
+SampleSpec BertModel::input_fields() const {
+  SampleSpec fields = {{"text", DType::i32, {}, FieldKind::token_ids},
+                       {"types", DType::i32, {}, FieldKind::value},
+                       {"labels", DType::i32, {}, FieldKind::labels},
+                       {"loss_mask", DType::f32, {}, FieldKind::mask},
+                       {"padding_mask", DType::i32, {}, FieldKind::mask}};
+  if (binary_head_) fields.push_back({"is_random", DType::i32, {}, FieldKind::value});
+  return fields;
+}
+
+void BertModel::prepare(const ModelBuildInfo& info) {
+  std::int64_t max_pos = config_.max_position_embeddings;
+  if (max_pos == 0) max_pos = info.seq_length;
+  if (info.seq_length > max_pos) {
+    throw ConfigError("[model] max_position_embeddings " + std::to_string(max_pos) +
+                      " is smaller than the data's seq_length " + std::to_string(info.seq_length));
+  }
+  config_.max_position_embeddings = max_pos;
+  if (config_.untie_embeddings_and_output_weights) {
+    throw ConfigError(
+        "[model] untie_embeddings_and_output_weights: BERT's LM head is tied to the word "
+        "embeddings, as in Megatron-core's BertModel");
+  }
+  const nn::TransformerConfig& tc = config_.transformer;
+  rotary_.reset();
+  if (tc.rotary_dim > 0 && !info.device.is_meta()) {
+    rotary_ = nn::make_rotary_tables(info.seq_length, tc.rotary_dim, config_.rotary_base,
+                                     info.param_dtype);
+  }
+}
+
+nn::LayerSpec BertModel::layer_spec(std::int64_t) const {
+  return {nn::AttentionMask::padding};
+}
+
+std::uint64_t BertModel::declare_pre_process(nn::ParamFactory& factory) {
+  const nn::TransformerConfig& tc = config_.transformer;
+  const bool learned = config_.position_embedding == nn::PositionEmbedding::learned_absolute;
+  embedding_.declare(factory, "embedding", padded_vocab_, tc.hidden_size,
+                     learned ? config_.max_position_embeddings : 0, tc.init_method_std,
+                     tc.hidden_dropout, binary_head_ ? 2 : 0);
+  share_word_embeddings(*embedding_.word_embeddings, false);
+  return 1;  // the embedding dropout
+}
+
+void BertModel::declare_post_process(nn::ParamFactory& factory, bool with_pre_process) {
+  const nn::TransformerConfig& tc = config_.transformer;
+  const std::int64_t h = tc.hidden_size;
+  // The LM head's dense layer and LayerNorm are replicated and run on sequence shards under
+  // sequence parallelism, so their gradients are partial sums (Megatron sets the attribute too).
+  lm_dense_ = nn::Linear::declare(factory, "lm_head.dense", h, h, true, tc.init_method_std);
+  lm_dense_.weight->sequence_parallel = lm_dense_.bias->sequence_parallel = factory.tp.sp();
+  lm_norm_ =
+      nn::Norm::declare(factory, "lm_head.layer_norm", h, nn::NormKind::layernorm, tc.norm_epsilon);
+  output_copy_ = declare_output_weight(factory, with_pre_process, false);
+  output_bias_ = &factory.declare("output_layer.bias", {padded_vocab_}, ParamInit::zeros, 0, false,
+                                  nn::Split{0, 1});
+  if (binary_head_) {
+    pooler_ = nn::Linear::declare(factory, "pooler.dense", h, h, true, tc.init_method_std);
+    binary_head_layer_ =
+        nn::Linear::declare(factory, "binary_head", h, 2, true, tc.init_method_std);
+  }
+}
+
+Parameter& BertModel::output_weight() {
+  return output_copy_ ? *output_copy_ : *embedding_.word_embeddings;
+}
+
+nn::LayerInputs BertModel::layer_inputs(const nn::LayerContext& ctx, const Batch& batch) {
+  // The dataset's padding_mask is 1 on real tokens (Megatron's); the attention op takes non-zero
+  // = padding.
+  const Tensor& padding = batch["padding_mask"];
+  Tensor keys = Tensor::empty(padding.shape(), DType::u8);
+  const std::int32_t* in = padding.data<std::int32_t>();
+  std::uint8_t* out = keys.data<std::uint8_t>();
+  for (std::int64_t i = 0; i < padding.numel(); ++i)
+    out[i] = in[i] == 0 ? 1 : 0;
+  nn::LayerInputs inputs;
+  inputs.rotary = rotary_ ? &*rotary_ : nullptr;
+  inputs.key_padding_mask = ctx.backend.empty(keys.shape(), DType::u8);
+  ctx.backend.copy(keys, inputs.key_padding_mask);
+  return inputs;
+}
+
+Tensor BertModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
+                              std::unique_ptr<ProcessState>& state) {
+  const Tensor& text = batch["text"];
+  if (text.size(1) != info().seq_length) {
+    throw Error("BERT: batch of sequence length " + std::to_string(text.size(1)) +
+                ", model built for " + std::to_string(info().seq_length));
+  }
+  auto st = std::make_unique<EmbeddingState>();
+  st->ids = to_sequence_major(ctx.backend, text);
+  if (binary_head_) st->types = to_sequence_major(ctx.backend, batch["types"]);
+  Tensor x = ctx.backend.empty(
+      {local_seq(text.size(1)), text.size(0), config_.transformer.hidden_size}, info().param_dtype);
+  embedding_.forward(ctx, st->ids, 0, x, binary_head_ ? &st->types : nullptr);
+  state = std::move(st);
+  return x;
+}
+
+void BertModel::pre_backward(const nn::LayerContext& ctx, ProcessState* state, const Tensor& dx) {
+  auto* st = static_cast<EmbeddingState*>(state);
+  embedding_.backward(ctx, st->ids, 0, dx, binary_head_ ? &st->types : nullptr);
+}
+
+std::string BertModel::describe() const {
+  const nn::TransformerConfig& tc = config_.transformer;
+  std::ostringstream out;
+  out << "BERT: " << tc.num_layers << " layers, hidden " << tc.hidden_size << ", "
+      << tc.num_attention_heads << " heads, ffn " << tc.ffn_hidden_size << ", vocab "
+      << info().vocab_size << " padded to " << padded_vocab_ << ", seq " << info().seq_length
+      << (binary_head_ ? ", binary head" : ", no binary head");
+  return describe_layout(out.str());
+}
+
+}  // namespace megatron::bert

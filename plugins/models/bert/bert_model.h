@@ -1,0 +1,72 @@
+// Megatron-core's BertModel (local spec) on the core's layer stack: word + position + token-type
+// embeddings, bidirectional pre-norm layers with the samples' padding mask, final norm, the LM
+// head (dense -> gelu -> LayerNorm -> tied projection + output bias) with the masked-LM loss
+// ("lm loss") and, with the binary head, the pooler (tanh of a dense layer on token 0) and the
+// sentence-order head ("sop loss").
+#pragma once
+
+#include <optional>
+
+#include "megatron/config/schema.h"
+#include "megatron/config/table.h"
+#include "megatron/nn/embedding.h"
+#include "megatron/nn/layer_stack_model.h"
+#include "megatron/nn/linear.h"
+
+namespace megatron::bert {
+
+struct BertConfig {
+  nn::ModelConfig model;
+  // Megatron's --bert-no-binary-head sets this false: no token types, pooler or SOP loss.
+  bool binary_head = true;
+};
+
+void declare_bert_config(config::TableSchema& schema);
+BertConfig parse_bert_config(const config::ConfigTable& table);
+
+class BertModel : public nn::LayerStackModel {
+ public:
+  explicit BertModel(BertConfig config);
+
+  SampleSpec input_fields() const override;
+  std::string describe() const override;
+
+ protected:
+  void prepare(const ModelBuildInfo& info) override;
+  nn::LayerSpec layer_spec(std::int64_t layer) const override;
+  std::uint64_t declare_pre_process(nn::ParamFactory& factory) override;
+  void declare_post_process(nn::ParamFactory& factory, bool with_pre_process) override;
+  nn::LayerInputs layer_inputs(const nn::LayerContext& ctx, const Batch& batch) override;
+  Tensor pre_forward(const nn::LayerContext& ctx, const Batch& batch,
+                     std::unique_ptr<ProcessState>& state) override;
+  void pre_backward(const nn::LayerContext& ctx, ProcessState* state, const Tensor& dx) override;
+  StepResult post_forward(const nn::LayerContext& ctx, const Batch& batch, const Tensor& normed,
+                          const StepOptions& options,
+                          std::unique_ptr<ProcessState>& state) override;
+  Tensor post_backward(const nn::LayerContext& ctx, ProcessState* state) override;
+
+ private:
+  // bert_heads.cpp: the LM head and loss, the pooler and SOP loss, forward and backward.
+  struct LmHeadState;
+  struct SopState;
+  struct PostState;
+  double lm_head_forward(const nn::LayerContext& ctx, const Batch& batch, const Tensor& normed,
+                         const StepOptions& options, LmHeadState& st);
+  Tensor lm_head_backward(const nn::LayerContext& ctx, LmHeadState& st);
+  double sop_forward(const nn::LayerContext& ctx, const Batch& batch, const Tensor& normed,
+                     const StepOptions& options, SopState& st);
+  // Adds the SOP loss's gradient to dnormed (rows of token 0).
+  void sop_backward(const nn::LayerContext& ctx, SopState& st, Tensor& dnormed);
+  Parameter& output_weight();
+
+  bool binary_head_ = true;
+  nn::Embedding embedding_;
+  Parameter* output_copy_ = nullptr;  // the last stage's tied copy under pipeline parallelism
+  nn::Linear lm_dense_;
+  nn::Norm lm_norm_;
+  Parameter* output_bias_ = nullptr;
+  nn::Linear pooler_, binary_head_layer_;
+  std::optional<nn::RotaryTables> rotary_;
+};
+
+}  // namespace megatron::bert
