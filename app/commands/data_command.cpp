@@ -112,18 +112,15 @@ std::string show_field(const FieldSpec& f, const Tensor& row, const Tokenizer& t
       return fmt::format("{} targets: {}", targets.size(), fmt::join(targets, " "));
     }
     case FieldKind::mask: {
-      std::size_t set = 0;
-      std::vector<std::size_t> off;
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        if (v[i] != 0) {
-          ++set;
-        } else {
-          off.push_back(i);
-        }
-      }
+      // Whichever list is shorter: the positions that are set, or those that are not.
+      std::vector<std::size_t> on, off;
+      for (std::size_t i = 0; i < v.size(); ++i)
+        (v[i] != 0 ? on : off).push_back(i);
       if (off.empty()) return fmt::format("all {} set", v.size());
-      if (set == 0) return fmt::format("none of {} set", v.size());
-      return fmt::format("{} of {} set; 0 at {}", set, v.size(), fmt::join(off, " "));
+      if (on.empty()) return fmt::format("none of {} set", v.size());
+      if (on.size() <= off.size())
+        return fmt::format("{} of {} set, at {}", on.size(), v.size(), fmt::join(on, " "));
+      return fmt::format("{} of {} set; 0 at {}", on.size(), v.size(), fmt::join(off, " "));
     }
     case FieldKind::value:
       break;

@@ -342,6 +342,22 @@ void check_layout(int vp, std::int64_t m) {
   EXPECT_EQ(eval.saved_count(), 0u);
 }
 
+TEST(PipelineExecutor, StageBuffersAreAllocatedOnTheModelsDevice) {
+  // The meta device allocates nothing but keeps the device: what a GPU model's stages would get
+  // (NCCL refuses host buffers), testable without a GPU.
+  const SampleSpec spec = {{"hidden", DType::f32, {4, 2, 8}},
+                           {"encoder_output", DType::bf16, {6, 2, 8}}};
+  const NamedTensors meta = allocate_stage_buffers(spec, Device::meta());
+  ASSERT_EQ(meta.size(), 2u);
+  for (std::size_t i = 0; i < spec.size(); ++i) {
+    EXPECT_EQ(meta[i].first, spec[i].name);
+    EXPECT_TRUE(meta[i].second.device().is_meta());
+    EXPECT_EQ(meta[i].second.shape(), spec[i].shape);
+    EXPECT_EQ(meta[i].second.dtype(), spec[i].dtype);
+  }
+  EXPECT_EQ(allocate_stage_buffers(spec, Device::cpu())[1].second.device().type, Device::Type::cpu);
+}
+
 TEST(PipelineExecutor, OneFOneBMatchesTheWholeModel) {
   for (std::int64_t m : {1, 2, 3, 8})
     check_layout(1, m);

@@ -18,14 +18,16 @@ import h5py, numpy as np
 work = sys.argv[1]
 def losses(name):
     rows = [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
-    return {r["iteration"]: r["lm loss"] for r in rows if r["record"] == "train"}
+    # every loss of the model (lm loss; BERT's sop loss too)
+    return {r["iteration"]: {k: v for k, v in r.items() if k.endswith(" loss")}
+            for r in rows if r["record"] == "train"}
 straight, first, second = losses("straight"), losses("first"), losses("second")
 assert sorted(first) == [1, 2, 3, 4], first
 assert sorted(second) == [5, 6, 7, 8], second
 for it in range(1, 9):
     got = first.get(it, second.get(it))
     assert got == straight[it], f"iteration {it}: resumed loss {got!r} != straight {straight[it]!r}"
-assert straight[8] < straight[1], "loss did not fall"
+assert straight[8]["lm loss"] < straight[1]["lm loss"], "loss did not fall"
 a = h5py.File(f"{work}/straight/iter_0000008.h5")
 b = h5py.File(f"{work}/resumed/iter_0000008.h5")
 names = []

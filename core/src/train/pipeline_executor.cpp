@@ -22,6 +22,13 @@ int message_tag(int direction, int receiving_chunk) {
 
 }  // namespace
 
+NamedTensors allocate_stage_buffers(const SampleSpec& spec, Device device) {
+  NamedTensors out;
+  for (const FieldSpec& f : spec)
+    out.emplace_back(f.name, Tensor::empty(f.shape, f.dtype, device));
+  return out;
+}
+
 StepResult run_pipeline_step(Model& model, const PipelineStep& st) {
   const PipelineLayout& layout = st.layout;
   const int pp = layout.pipeline_size, vp = layout.virtual_size, rank = st.rank;
@@ -69,14 +76,10 @@ StepResult run_pipeline_step(Model& model, const PipelineStep& st) {
     }
   };
   auto receive = [&](const SampleSpec& spec, std::pair<int, int> from, int chunk, int direction) {
-    NamedTensors out;
-    for (const FieldSpec& f : spec) {
-      // Received into the model's device memory: device communicators (NCCL) refuse host
-      // buffers.
-      Tensor t = Tensor::empty(f.shape, f.dtype, st.device);
-      st.comm.recv(t.raw_data(), static_cast<std::size_t>(t.numel()), f.dtype, from.first,
+    NamedTensors out = allocate_stage_buffers(spec, st.device);
+    for (auto& [name, t] : out) {
+      st.comm.recv(t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), from.first,
                    message_tag(direction, chunk));
-      out.emplace_back(f.name, std::move(t));
     }
     return out;
   };

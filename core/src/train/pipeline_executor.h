@@ -24,6 +24,11 @@ struct PipelineStep {
       options;  // micro-batch k's options (backward is set here)
 };
 
+// Buffers for what a virtual stage receives (or the gradients it gets back), one per field of
+// `spec`, on `device`: device communicators (NCCL) refuse host memory, so a GPU model's stages
+// receive into GPU memory.
+NamedTensors allocate_stage_buffers(const SampleSpec& spec, Device device);
+
 // Returns the summed loss figures of the micro-batches whose loss this rank computed (the last
 // virtual stage's); zeros on every other rank. Sends are asynchronous and all complete before it
 // returns; receives block, which the schedules' orders make deadlock-free (see
