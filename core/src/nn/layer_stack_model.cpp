@@ -19,7 +19,13 @@ LayerSpec LayerStackModel::layer_spec(std::int64_t) const {
 }
 
 LayerInputs LayerStackModel::layer_inputs(const LayerContext&, const Batch&) {
-  return {};
+  return {rotary_tables(), Tensor()};
+}
+
+Tensor sequence_major(Backend& be, const Tensor& batch_major) {
+  Tensor out = be.empty({batch_major.size(1), batch_major.size(0)}, batch_major.dtype());
+  be.copy(batch_major.transpose(0, 1).contiguous(), out);
+  return out;
 }
 
 TensorParallelism LayerStackModel::tensor_parallelism(const ModelBuildInfo& info,
@@ -85,6 +91,19 @@ void LayerStackModel::build(const ModelBuildInfo& info) {
   // equal vocabulary slice.
   padded_vocab_ =
       megatron::padded_vocab_size(info.vocab_size, config_.make_vocab_size_divisible_by, tp_.size);
+  // Positions: max_position_embeddings (default: the sequence length) must cover the data; rotary
+  // tables are built for the data's sequence length.
+  if (config_.max_position_embeddings == 0) config_.max_position_embeddings = info.seq_length;
+  if (info.seq_length > config_.max_position_embeddings) {
+    throw ConfigError("[model] max_position_embeddings " +
+                      std::to_string(config_.max_position_embeddings) +
+                      " is smaller than the data's seq_length " + std::to_string(info.seq_length));
+  }
+  rotary_.reset();
+  if (config_.transformer.rotary_dim > 0 && !info.device.is_meta()) {
+    rotary_ = make_rotary_tables(info.seq_length, config_.transformer.rotary_dim,
+                                 config_.rotary_base, info.param_dtype);
+  }
   prepare(info);
 
   // The whole model on the meta device first: its declaration order is the initialisation

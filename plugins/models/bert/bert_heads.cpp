@@ -23,16 +23,6 @@ struct BertModel::PostState : nn::LayerStackModel::ProcessState {
   SopState sop;
 };
 
-namespace {
-
-Tensor to_sequence_major(Backend& be, const Tensor& batch_major) {
-  Tensor out = be.empty({batch_major.size(1), batch_major.size(0)}, batch_major.dtype());
-  be.copy(batch_major.transpose(0, 1).contiguous(), out);
-  return out;
-}
-
-}  // namespace
-
 double BertModel::lm_head_forward(const nn::LayerContext& ctx, const Batch& batch,
                                   const Tensor& normed, const StepOptions& options,
                                   LmHeadState& st) {
@@ -49,7 +39,7 @@ double BertModel::lm_head_forward(const nn::LayerContext& ctx, const Batch& batc
   lm_norm_.forward(be, st.activated, st.transformed, st.norm_saved);
 
   const std::int64_t rows_full = batch["labels"].numel();
-  const Tensor labels = to_sequence_major(be, batch["labels"]).view({rows_full});
+  const Tensor labels = nn::sequence_major(be, batch["labels"]).view({rows_full});
   const Tensor mask = batch["loss_mask"].transpose(0, 1).contiguous().view({rows_full});
   if (options.backward) st.dtransformed = be.empty({rows, h}, dt);
   const nn::LmLossResult r = nn::lm_loss(

@@ -24,13 +24,6 @@ BertConfig parse_bert_config(const config::ConfigTable& table) {
 
 namespace {
 
-// Megatron's layout: (S, B) rows s * B + b, on the backend's device.
-Tensor to_sequence_major(Backend& be, const Tensor& batch_major) {
-  Tensor out = be.empty({batch_major.size(1), batch_major.size(0)}, batch_major.dtype());
-  be.copy(batch_major.transpose(0, 1).contiguous(), out);
-  return out;
-}
-
 struct EmbeddingState : nn::LayerStackModel::ProcessState {
   Tensor ids, types;  // (S, B)
 };
@@ -52,24 +45,12 @@ SampleSpec BertModel::input_fields() const {
 }
 
 void BertModel::prepare(const ModelBuildInfo& info) {
-  std::int64_t max_pos = config_.max_position_embeddings;
-  if (max_pos == 0) max_pos = info.seq_length;
-  if (info.seq_length > max_pos) {
-    throw ConfigError("[model] max_position_embeddings " + std::to_string(max_pos) +
-                      " is smaller than the data's seq_length " + std::to_string(info.seq_length));
-  }
-  config_.max_position_embeddings = max_pos;
   if (config_.untie_embeddings_and_output_weights) {
     throw ConfigError(
         "[model] untie_embeddings_and_output_weights: BERT's LM head is tied to the word "
         "embeddings, as in Megatron-core's BertModel");
   }
-  const nn::TransformerConfig& tc = config_.transformer;
-  rotary_.reset();
-  if (tc.rotary_dim > 0 && !info.device.is_meta()) {
-    rotary_ = nn::make_rotary_tables(info.seq_length, tc.rotary_dim, config_.rotary_base,
-                                     info.param_dtype);
-  }
+  (void)info;
 }
 
 nn::LayerSpec BertModel::layer_spec(std::int64_t) const {
@@ -119,7 +100,7 @@ nn::LayerInputs BertModel::layer_inputs(const nn::LayerContext& ctx, const Batch
   for (std::int64_t i = 0; i < padding.numel(); ++i)
     out[i] = in[i] == 0 ? 1 : 0;
   nn::LayerInputs inputs;
-  inputs.rotary = rotary_ ? &*rotary_ : nullptr;
+  inputs.rotary = rotary_tables();
   inputs.key_padding_mask = ctx.backend.empty(keys.shape(), DType::u8);
   ctx.backend.copy(keys, inputs.key_padding_mask);
   return inputs;
@@ -133,8 +114,8 @@ Tensor BertModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
                 ", model built for " + std::to_string(info().seq_length));
   }
   auto st = std::make_unique<EmbeddingState>();
-  st->ids = to_sequence_major(ctx.backend, text);
-  if (binary_head_) st->types = to_sequence_major(ctx.backend, batch["types"]);
+  st->ids = nn::sequence_major(ctx.backend, text);
+  if (binary_head_) st->types = nn::sequence_major(ctx.backend, batch["types"]);
   Tensor x = ctx.backend.empty(
       {local_seq(text.size(1)), text.size(0), config_.transformer.hidden_size}, info().param_dtype);
   embedding_.forward(ctx, st->ids, 0, x, binary_head_ ? &st->types : nullptr);

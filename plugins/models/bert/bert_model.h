@@ -5,8 +5,6 @@
 // sentence-order head ("sop loss").
 #pragma once
 
-#include <optional>
-
 #include "megatron/config/schema.h"
 #include "megatron/config/table.h"
 #include "megatron/nn/embedding.h"
@@ -66,7 +64,6 @@ class BertModel : public nn::LayerStackModel {
   nn::Norm lm_norm_;
   Parameter* output_bias_ = nullptr;
   nn::Linear pooler_, binary_head_layer_;
-  std::optional<nn::RotaryTables> rotary_;
 };
 
 }  // namespace megatron::bert

@@ -12,13 +12,6 @@ namespace megatron::gpt {
 
 namespace {
 
-// Megatron's layout: (S, B) token ids, row s * B + b.
-Tensor to_sequence_major(Backend& be, const Tensor& batch_major) {
-  Tensor out = be.empty({batch_major.size(1), batch_major.size(0)}, batch_major.dtype());
-  be.copy(batch_major.transpose(0, 1).contiguous(), out);
-  return out;
-}
-
 struct EmbeddingState : nn::LayerStackModel::ProcessState {
   Tensor ids;  // (S, B)
 };
@@ -34,22 +27,6 @@ SampleSpec GptModel::input_fields() const {
   return {{"tokens", DType::i32, {}, FieldKind::token_ids},
           {"labels", DType::i32, {}, FieldKind::labels},
           {"loss_mask", DType::f32, {}, FieldKind::mask}};
-}
-
-void GptModel::prepare(const ModelBuildInfo& info) {
-  std::int64_t max_pos = config_.max_position_embeddings;
-  if (max_pos == 0) max_pos = info.seq_length;
-  if (info.seq_length > max_pos) {
-    throw ConfigError("[model] max_position_embeddings " + std::to_string(max_pos) +
-                      " is smaller than the data's seq_length " + std::to_string(info.seq_length));
-  }
-  config_.max_position_embeddings = max_pos;
-  const nn::TransformerConfig& tc = config_.transformer;
-  rotary_.reset();
-  if (tc.rotary_dim > 0 && !info.device.is_meta()) {
-    rotary_ = nn::make_rotary_tables(info.seq_length, tc.rotary_dim, config_.rotary_base,
-                                     info.param_dtype);
-  }
 }
 
 std::uint64_t GptModel::declare_pre_process(nn::ParamFactory& factory) {
@@ -71,15 +48,6 @@ Parameter& GptModel::output_weight() {
   return output_layer_ ? *output_layer_ : *embedding_.word_embeddings;
 }
 
-nn::LayerInputs GptModel::layer_inputs(const nn::LayerContext&, const Batch& batch) {
-  if (rotary_ && rotary_->cos.size(0) != batch["tokens"].size(1)) {
-    throw Error("GPT: rotary tables built for sequence length " +
-                std::to_string(rotary_->cos.size(0)) + ", batch has " +
-                std::to_string(batch["tokens"].size(1)));
-  }
-  return {rotary_ ? &*rotary_ : nullptr, Tensor()};
-}
-
 Tensor GptModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
                              std::unique_ptr<ProcessState>& state) {
   const Tensor& tokens = batch["tokens"];
@@ -88,7 +56,7 @@ Tensor GptModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
                 ", model built for " + std::to_string(info().seq_length));
   }
   auto st = std::make_unique<EmbeddingState>();
-  st->ids = to_sequence_major(ctx.backend, tokens);
+  st->ids = nn::sequence_major(ctx.backend, tokens);
   Tensor x = ctx.backend.empty(
       {local_seq(tokens.size(1)), tokens.size(0), config_.transformer.hidden_size},
       info().param_dtype);
@@ -106,7 +74,7 @@ StepResult GptModel::post_forward(const nn::LayerContext& ctx, const Batch& batc
                                   std::unique_ptr<ProcessState>& state) {
   Backend& be = ctx.backend;
   const std::int64_t rows_full = batch["labels"].numel();
-  const Tensor labels = to_sequence_major(be, batch["labels"]).view({rows_full});
+  const Tensor labels = nn::sequence_major(be, batch["labels"]).view({rows_full});
   const Tensor mask = batch["loss_mask"].transpose(0, 1).contiguous().view({rows_full});
   auto st = std::make_unique<HeadState>();
   if (options.backward) st->dnormed = be.empty(normed.shape(), info().param_dtype);

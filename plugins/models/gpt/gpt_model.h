@@ -4,8 +4,6 @@
 // tensor and sequence parallelism — is nn::LayerStackModel's.
 #pragma once
 
-#include <optional>
-
 #include "megatron/nn/embedding.h"
 #include "megatron/nn/layer_stack_model.h"
 
@@ -27,10 +25,8 @@ class GptModel : public nn::LayerStackModel {
   Tensor logits(const Batch& batch);
 
  protected:
-  void prepare(const ModelBuildInfo& info) override;
   std::uint64_t declare_pre_process(nn::ParamFactory& factory) override;
   void declare_post_process(nn::ParamFactory& factory, bool with_pre_process) override;
-  nn::LayerInputs layer_inputs(const nn::LayerContext& ctx, const Batch& batch) override;
   Tensor pre_forward(const nn::LayerContext& ctx, const Batch& batch,
                      std::unique_ptr<ProcessState>& state) override;
   void pre_backward(const nn::LayerContext& ctx, ProcessState* state, const Tensor& dx) override;
@@ -44,7 +40,6 @@ class GptModel : public nn::LayerStackModel {
 
   nn::Embedding embedding_;            // first virtual stage
   Parameter* output_layer_ = nullptr;  // untied, or the last stage's tied copy
-  std::optional<nn::RotaryTables> rotary_;
 };
 
 }  // namespace megatron::gpt

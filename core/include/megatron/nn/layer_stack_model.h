@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,10 @@
 #include "megatron/nn/norm.h"
 
 namespace megatron::nn {
+
+// Megatron's activation layout for per-token data: (B, S) -> (S, B), row s * B + b, on the
+// backend's device.
+Tensor sequence_major(Backend& backend, const Tensor& batch_major);
 
 class LayerStackModel : public Model {
  public:
@@ -51,6 +56,8 @@ class LayerStackModel : public Model {
 
   // ---- what a model plugin supplies --------------------------------------------------------
   // Called once before declaring, with the build info (e.g. to check fields or sequence length).
+  // Positions are already resolved: config_.max_position_embeddings is the table's size (the
+  // sequence length when it was 0) and rotary_tables() are built when the config rotates.
   virtual void prepare(const ModelBuildInfo& info) { (void)info; }
   // The slots of layer `layer` (default: causal self-attention).
   virtual LayerSpec layer_spec(std::int64_t layer) const;
@@ -60,7 +67,7 @@ class LayerStackModel : public Model {
   // Declares the post-process's parameters (after the final norm). `with_pre_process`: this
   // stage also holds the pre-process (a tied embedding is shared, not copied).
   virtual void declare_post_process(ParamFactory& factory, bool with_pre_process) = 0;
-  // Per micro-batch inputs of the layers (masks from the batch; rotary tables).
+  // Per micro-batch inputs of the layers (default: the rotary tables, no mask).
   virtual LayerInputs layer_inputs(const LayerContext& ctx, const Batch& batch);
   // batch -> x (S / tp under sequence parallelism, B, h) in param dtype.
   virtual Tensor pre_forward(const LayerContext& ctx, const Batch& batch,
@@ -80,6 +87,9 @@ class LayerStackModel : public Model {
   const ModelBuildInfo& info() const { return info_; }
   const TensorParallelism& tp() const { return tp_; }
   LayerContext context(const StepOptions& options) const;
+  // The rotary tables (S, rotary_dim) for the data's sequence length, or nullptr without rotary
+  // positions (and on the meta device).
+  const RotaryTables* rotary_tables() const { return rotary_ ? &*rotary_ : nullptr; }
   // Sequence length of the activations between tensor-parallel regions.
   std::int64_t local_seq(std::int64_t s) const { return tp_.sp() ? s / tp_.size : s; }
   bool holds_pre_process() const { return info_.pipeline.is_first_virtual_stage(0); }
@@ -121,6 +131,7 @@ class LayerStackModel : public Model {
   ParameterSet probe_params_;  // the whole model on the meta device (initialisation order)
   LayerStack stack_;
   Norm final_norm_;
+  std::optional<RotaryTables> rotary_;
   std::uint64_t pre_sites_ = 0;
   std::map<std::pair<int, std::int64_t>, Pending> pending_;
   // For the hooks: the pre-process's parameters and the post-process's (final norm included).
