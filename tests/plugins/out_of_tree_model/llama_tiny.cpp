@@ -1,0 +1,184 @@
+// An out-of-tree model plugin, written as a third party would: a small LLaMA-style decoder
+// ("llama_tiny") on megatron-app's layer stack, built against the installed SDK only.
+//
+// LLaMA in the core's slots: RMSNorm, SwiGLU MLP, rotary positions (no position table),
+// grouped-query attention, no linear biases, no dropout, an untied output layer. Its [model]
+// table is the shared transformer schema (nn::declare_model_config) with LLaMA's defaults.
+// It reads the GPT dataset's fields, so it trains on any [data] type = "gpt".
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "megatron/config/schema.h"
+#include "megatron/error.h"
+#include "megatron/nn/embedding.h"
+#include "megatron/nn/layer_stack_model.h"
+#include "megatron/nn/lm_loss.h"
+#include "megatron/nn/model_config.h"
+#include "megatron/plugin.h"
+
+namespace acme::llama_tiny {
+
+namespace mt = megatron;
+namespace nn = megatron::nn;
+using megatron::config::ConfigValue;
+using megatron::config::KeySpec;
+using megatron::config::Presence;
+using megatron::config::TableSchema;
+
+// ---- [model] schema ---------------------------------------------------------------------------
+
+// The shared keys (names, ranges, consistency rules) with LLaMA's defaults in place of GPT's.
+// The schema cannot change a declared key, so the shared keys are declared into a scratch schema
+// and copied over with new defaults.
+void declare_config(TableSchema& schema) {
+  TableSchema shared(schema.table_name());
+  nn::declare_model_config(shared);
+  for (KeySpec key : shared.keys()) {
+    auto set_default = [&](ConfigValue value) {
+      key.presence = Presence::defaulted;
+      key.default_value = std::move(value);
+    };
+    if (key.name == "normalization") {
+      set_default(std::string("RMSNorm"));
+    } else if (key.name == "swiglu" || key.name == "disable_bias_linear" ||
+               key.name == "untie_embeddings_and_output_weights") {
+      set_default(true);
+    } else if (key.name == "position_embedding_type") {
+      set_default(std::string("rope"));
+      key.choices = {"rope"};  // LLaMA has no learned position table
+      key.doc = "position encoding (rotary only)";
+    } else if (key.name == "num_query_groups") {
+      set_default(std::int64_t{2});  // grouped-query attention: 2 key/value groups for 4 heads
+    } else if (key.name == "hidden_dropout" || key.name == "attention_dropout") {
+      set_default(0.0);
+    }
+    schema.add(std::move(key));
+  }
+  for (const auto& rule : shared.rules())
+    schema.rule(rule);
+}
+
+// ---- the model --------------------------------------------------------------------------------
+
+namespace {
+
+struct EmbeddingState : nn::LayerStackModel::ProcessState {
+  mt::Tensor ids;  // (S, B)
+};
+struct HeadState : nn::LayerStackModel::ProcessState {
+  mt::Tensor dnormed;  // the loss gradient at the final norm's output
+};
+
+}  // namespace
+
+class LlamaTiny final : public nn::LayerStackModel {
+ public:
+  explicit LlamaTiny(nn::ModelConfig config)
+      : LayerStackModel(std::move(config), "llama_tiny", "decoder") {}
+
+  // The GPT dataset's fields.
+  mt::SampleSpec input_fields() const override {
+    return {{"tokens", mt::DType::i32, {}, mt::FieldKind::token_ids},
+            {"labels", mt::DType::i32, {}, mt::FieldKind::labels},
+            {"loss_mask", mt::DType::f32, {}, mt::FieldKind::mask}};
+  }
+
+  std::string describe() const override {
+    const nn::TransformerConfig& tc = config_.transformer;
+    std::ostringstream out;
+    out << "llama_tiny: " << tc.num_layers << " layers, hidden " << tc.hidden_size << ", "
+        << tc.num_attention_heads << " heads (" << tc.num_query_groups << " query groups, kv "
+        << tc.kv_channels << "), ffn " << tc.ffn_hidden_size << (tc.swiglu ? " swiglu" : " gelu")
+        << ", " << (tc.normalization == nn::NormKind::rmsnorm ? "RMSNorm" : "LayerNorm")
+        << ", rope dim " << tc.rotary_dim << ", vocab " << info().vocab_size << " padded to "
+        << padded_vocab_ << ", seq " << info().seq_length;
+    return describe_layout(out.str());
+  }
+
+ protected:
+  // Positions need nothing here: the base builds the rotary tables from the config (rotary_dim)
+  // and hands them to every layer.
+  std::uint64_t declare_pre_process(nn::ParamFactory& factory) override {
+    const nn::TransformerConfig& tc = config_.transformer;
+    // max_positions 0: word embeddings only, positions come from the rotary tables.
+    embedding_.declare(factory, "embedding", padded_vocab_, tc.hidden_size, 0, tc.init_method_std,
+                       tc.hidden_dropout);
+    share_word_embeddings(*embedding_.word_embeddings, config_.untie_embeddings_and_output_weights);
+    return 1;  // the embedding dropout site
+  }
+
+  void declare_post_process(nn::ParamFactory& factory, bool with_pre_process) override {
+    output_layer_ = declare_output_weight(factory, with_pre_process,
+                                          config_.untie_embeddings_and_output_weights);
+  }
+
+  mt::Tensor pre_forward(const nn::LayerContext& ctx, const mt::Batch& batch,
+                         std::unique_ptr<ProcessState>& state) override {
+    const mt::Tensor& tokens = batch["tokens"];
+    if (tokens.size(1) != info().seq_length) {
+      throw mt::Error("llama_tiny: batch of sequence length " + std::to_string(tokens.size(1)) +
+                      ", model built for " + std::to_string(info().seq_length));
+    }
+    auto st = std::make_unique<EmbeddingState>();
+    st->ids = nn::sequence_major(ctx.backend, tokens);
+    mt::Tensor x = ctx.backend.empty(
+        {local_seq(tokens.size(1)), tokens.size(0), config_.transformer.hidden_size},
+        info().param_dtype);
+    embedding_.forward(ctx, st->ids, 0, x);
+    state = std::move(st);
+    return x;
+  }
+
+  void pre_backward(const nn::LayerContext& ctx, ProcessState* state,
+                    const mt::Tensor& dx) override {
+    embedding_.backward(ctx, static_cast<EmbeddingState*>(state)->ids, 0, dx);
+  }
+
+  mt::StepResult post_forward(const nn::LayerContext& ctx, const mt::Batch& batch,
+                              const mt::Tensor& normed, const mt::StepOptions& options,
+                              std::unique_ptr<ProcessState>& state) override {
+    mt::Backend& be = ctx.backend;
+    const std::int64_t rows = batch["labels"].numel();
+    const mt::Tensor labels = nn::sequence_major(be, batch["labels"]).view({rows});
+    const mt::Tensor mask = batch["loss_mask"].transpose(0, 1).contiguous().view({rows});
+    auto st = std::make_unique<HeadState>();
+    if (options.backward) st->dnormed = be.empty(normed.shape(), info().param_dtype);
+    const nn::LmLossResult loss =
+        nn::lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
+                    options.backward ? &st->dnormed : nullptr, info().compute_dtype, tp());
+    state = std::move(st);
+    return {{{"lm loss", loss.loss_sum, loss.token_count}}};
+  }
+
+  mt::Tensor post_backward(const nn::LayerContext&, ProcessState* state) override {
+    return static_cast<HeadState*>(state)->dnormed;
+  }
+
+ private:
+  mt::Parameter& output_weight() {
+    return output_layer_ ? *output_layer_ : *embedding_.word_embeddings;
+  }
+
+  nn::Embedding embedding_;                // first virtual stage
+  mt::Parameter* output_layer_ = nullptr;  // output_layer.weight (or a tied copy)
+};
+
+// ---- the plugin -------------------------------------------------------------------------------
+
+std::unique_ptr<mt::Plugin> create(mt::PluginContext& ctx) {
+  return std::make_unique<LlamaTiny>(nn::parse_model_config(ctx.config));
+}
+
+const mt::PluginDescriptor* describe() {
+  static const mt::PluginDescriptor descriptor = mt::make_plugin_descriptor(
+      mt::PluginKind::model, "llama_tiny", "0.1.0",
+      "LLaMA-style decoder: RMSNorm, SwiGLU, RoPE, GQA, no biases (out-of-tree example)",
+      declare_config, create);
+  return &descriptor;
+}
+
+}  // namespace acme::llama_tiny
+
+MEGATRON_PLUGIN(acme::llama_tiny::describe)
