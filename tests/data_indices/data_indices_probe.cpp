@@ -166,7 +166,7 @@ Json run_description(const Json& c) {
   identity.tokenizer.class_name = c.at("tokenizer_class");
   identity.tokenizer.paths = c.at("tokenizer_paths").get<std::vector<std::string>>();
   for (const auto& [key, value] : c.at("tokenizer_options").items()) {
-    identity.tokenizer.options.emplace_back(key, value.dump());  // JSON text
+    identity.tokenizer.options.emplace_back(key, value.get<std::string>());
   }
   const std::string description = gpt_description(identity, gpt_options(c));
   return {{"description", description}, {"md5", description_md5(description)}};

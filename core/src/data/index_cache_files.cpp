@@ -38,7 +38,7 @@ Json tokenizer_json(const TokenizerIdentity& tokenizer) {
   out["class"] = tokenizer.class_name;
   out["tokenizer_path"] = tokenizer.paths;
   for (const auto& [key, value] : tokenizer.options)
-    out[key] = Json::parse(value);
+    out[key] = value;
   return out;
 }
 

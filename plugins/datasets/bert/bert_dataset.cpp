@@ -16,14 +16,15 @@ std::size_t slot(data::Split split) {
   return static_cast<std::size_t>(split);
 }
 
-// Megatron's _BertWordPieceTokenizer identity: its class, vocab file, and options in its order.
+// Megatron's _BertWordPieceTokenizer identity: its class, vocab file, and options in its order,
+// each stored as Python's str() of the value (MegatronTokenizer.__init__), so "True" and "0".
 data::TokenizerIdentity tokenizer_identity(const BertDataOptions& o) {
   data::TokenizerIdentity identity;
   identity.class_name = "_BertWordPieceTokenizer";
   identity.paths = {o.tokenizer_files.vocab_file};
-  identity.options = {
-      {"lower_case", o.tokenizer_type == "BertWordPieceLowerCase" ? "true" : "false"},
-      {"vocab_extra_ids", std::to_string(o.tokenizer_files.vocab_extra_ids)}};
+  const bool lower = o.tokenizer_type == "BertWordPieceLowerCase";
+  identity.options = {{"lower_case", lower ? "True" : "False"},
+                      {"vocab_extra_ids", std::to_string(o.tokenizer_files.vocab_extra_ids)}};
   return identity;
 }
 

@@ -91,7 +91,6 @@ GptIndices build_gpt_indices(std::span<const std::int32_t> sequence_ids,
 struct TokenizerIdentity {
   std::string class_name;
   std::vector<std::string> paths;
-  // Megatron's tokenizer options in its order, each value as JSON text ("true", "0", "\"x\"").
   std::vector<std::pair<std::string, std::string>> options;
 };
 
