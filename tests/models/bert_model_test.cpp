@@ -7,6 +7,7 @@
 #include <set>
 
 #include "bert_model.h"
+#include "common/model_checks.h"
 
 namespace megatron::bert {
 namespace {
@@ -92,24 +93,8 @@ void check_gradients(bool binary_head) {
   if (binary_head) {
     EXPECT_EQ(r.losses[1].name, "sop loss");
   }
-  const double h = 1e-6;
-  std::mt19937 rng(3);
-  for (auto& p : m->parameters()) {
-    double* v = p->value.data<double>();
-    const double* g = p->grad.data<double>();
-    const std::int64_t n = p->value.numel();
-    for (int k = 0; k < 4; ++k) {
-      const auto i = static_cast<std::int64_t>(rng() % static_cast<unsigned>(n));
-      const double saved = v[i];
-      v[i] = saved + h;
-      const double plus = forward(*m, batch).objective();
-      v[i] = saved - h;
-      const double minus = forward(*m, batch).objective();
-      v[i] = saved;
-      const double numeric = (plus - minus) / (2 * h);
-      EXPECT_NEAR(g[i], numeric, 1e-7 + 1e-5 * std::abs(numeric)) << p->name << "[" << i << "]";
-    }
-  }
+  test::expect_gradients_match_finite_differences(m->parameters(),
+                                                  [&] { return forward(*m, batch).objective(); });
 }
 
 TEST(BertModel, GradientsWithBinaryHead) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/model_checks.h"
 #include "gpt_model.h"
 #include "megatron/nn/init.h"
 
@@ -29,30 +30,12 @@ GptConfig tiny_config() {
 
 Batch make_batch(std::int64_t b, std::int64_t s, std::int64_t vocab, unsigned seed,
                  bool partial_mask) {
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b * s)), labels(tokens.size());
-  std::vector<float> mask(tokens.size(), 1.0f);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
-    labels[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
-    if (partial_mask && i % 3 == 1) mask[i] = 0.0f;
-  }
-  Batch batch;
-  batch.set("tokens", Tensor::from(tokens, {b, s}));
-  batch.set("labels", Tensor::from(labels, {b, s}));
-  batch.set("loss_mask", Tensor::from(mask, {b, s}));
-  return batch;
+  return test::gpt_batch(b, s, vocab, seed,
+                         [&](std::size_t i) { return partial_mask && i % 3 == 1; });
 }
 
-// GPT's one loss term: sum = the masked loss sum, count = the token count.
 LossTerm lm_loss(const StepResult& r) {
-  EXPECT_EQ(r.losses.size(), 1u);
-  const LossTerm* term = r.find("lm loss");
-  if (!term) {
-    ADD_FAILURE() << "no \"lm loss\" term";
-    return {};
-  }
-  return *term;
+  return test::only_loss(r);
 }
 
 std::unique_ptr<GptModel> build(const GptConfig& c, DType dtype, std::int64_t vocab,
@@ -83,24 +66,8 @@ void check_gradients(const GptConfig& c, bool partial_mask) {
   StepOptions o;
   o.training = false;
   m->step(batch, o);
-  const double h = 1e-6;
-  std::mt19937 rng(3);
-  for (auto& p : m->parameters()) {
-    double* v = p->value.data<double>();
-    const double* g = p->grad.data<double>();
-    const std::int64_t n = p->value.numel();
-    for (int k = 0; k < 4; ++k) {
-      const auto i = static_cast<std::int64_t>(rng() % static_cast<unsigned>(n));
-      const double saved = v[i];
-      v[i] = saved + h;
-      const double plus = mean_loss(*m, batch);
-      v[i] = saved - h;
-      const double minus = mean_loss(*m, batch);
-      v[i] = saved;
-      const double numeric = (plus - minus) / (2 * h);
-      EXPECT_NEAR(g[i], numeric, 1e-7 + 1e-5 * std::abs(numeric)) << p->name << "[" << i << "]";
-    }
-  }
+  test::expect_gradients_match_finite_differences(m->parameters(),
+                                                  [&] { return mean_loss(*m, batch); });
 }
 
 TEST(GptModel, GradientsLearnedLayerNormGeluTied) {

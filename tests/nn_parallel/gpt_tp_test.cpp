@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/model_checks.h"
 #include "gpt_model.h"
 #include "megatron/error.h"
 #include "tp_test_util.h"
@@ -67,30 +68,11 @@ std::unique_ptr<gpt::GptModel> build(const gpt::GptConfig& c, const nn::TensorPa
 }
 
 Batch make_batch(unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(kBatch * kSeq)), labels(tokens.size());
-  std::vector<float> mask(tokens.size(), 1.0f);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<std::int32_t>(rng() % kVocab);
-    labels[i] = static_cast<std::int32_t>(rng() % kVocab);
-    if (i % 5 == 2) mask[i] = 0.0f;
-  }
-  Batch batch;
-  batch.set("tokens", Tensor::from(tokens, {kBatch, kSeq}));
-  batch.set("labels", Tensor::from(labels, {kBatch, kSeq}));
-  batch.set("loss_mask", Tensor::from(mask, {kBatch, kSeq}));
-  return batch;
+  return test::gpt_batch(kBatch, kSeq, kVocab, seed, [](std::size_t i) { return i % 5 == 2; });
 }
 
-// GPT's one loss term: sum = the masked loss sum, count = the token count.
 LossTerm lm_loss(const StepResult& r) {
-  EXPECT_EQ(r.losses.size(), 1u);
-  const LossTerm* term = r.find("lm loss");
-  if (!term) {
-    ADD_FAILURE() << "no \"lm loss\" term";
-    return {};
-  }
-  return *term;
+  return test::only_loss(r);
 }
 
 void compare_layouts(const gpt::GptConfig& c, bool sequence_parallel, float hidden_dropout = 0) {

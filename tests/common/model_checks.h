@@ -1,0 +1,74 @@
+// Shared model-test helpers: GPT-style random batches, a model's single named loss, and the fp64
+// central-difference check of every parameter tensor's gradient.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "megatron/batch.h"
+#include "megatron/model.h"
+
+namespace megatron::test {
+
+// (b, s) random tokens and labels below `vocab`; loss mask 0 where masked_out(i) for flat index i.
+inline Batch gpt_batch(std::int64_t b, std::int64_t s, std::int64_t vocab, unsigned seed,
+                       const std::function<bool(std::size_t)>& masked_out) {
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b * s)), labels(tokens.size());
+  std::vector<float> mask(tokens.size(), 1.0f);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
+    labels[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
+    if (masked_out(i)) mask[i] = 0.0f;
+  }
+  Batch batch;
+  batch.set("tokens", Tensor::from(tokens, {b, s}));
+  batch.set("labels", Tensor::from(labels, {b, s}));
+  batch.set("loss_mask", Tensor::from(mask, {b, s}));
+  return batch;
+}
+
+// A model's only loss term, which must be called `name` (GPT's "lm loss": sum = the masked loss
+// sum, count = the token count).
+inline LossTerm only_loss(const StepResult& r, const std::string& name = "lm loss") {
+  EXPECT_EQ(r.losses.size(), 1u);
+  const LossTerm* term = r.find(name);
+  if (!term) {
+    ADD_FAILURE() << "no \"" << name << "\" term";
+    return {};
+  }
+  return *term;
+}
+
+// Central differences (step h) on `per_tensor` random elements of every fp64 parameter against
+// the gradients a backward left in Parameter::grad; `objective` re-runs the forward and returns
+// the value whose gradient that was.
+inline void expect_gradients_match_finite_differences(ParameterSet& params,
+                                                      const std::function<double()>& objective,
+                                                      int per_tensor = 4, double h = 1e-6) {
+  std::mt19937 rng(3);
+  for (auto& p : params) {
+    double* v = p->value.data<double>();
+    const double* g = p->grad.data<double>();
+    const std::int64_t n = p->value.numel();
+    for (int k = 0; k < per_tensor; ++k) {
+      const auto i = static_cast<std::int64_t>(rng() % static_cast<unsigned>(n));
+      const double saved = v[i];
+      v[i] = saved + h;
+      const double plus = objective();
+      v[i] = saved - h;
+      const double minus = objective();
+      v[i] = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      EXPECT_NEAR(g[i], numeric, 1e-7 + 1e-5 * std::abs(numeric)) << p->name << "[" << i << "]";
+    }
+  }
+}
+
+}  // namespace megatron::test
