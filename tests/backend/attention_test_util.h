@@ -75,14 +75,16 @@ inline double dropout_multiplier(const Config& c, const AttentionParams& p, std:
 }
 
 // Forward (and, given dout, backward) in fp64 over full probability matrices. `padding` is the
-// key padding mask as a host (B, Sk) u8 tensor (non-zero = excluded key), or undefined for none.
+// key padding mask as a host (B, Sk) u8 tensor (non-zero = excluded key), or undefined for none;
+// `first_key` a host (B, Sq) i32 tensor (query i sees no key before first_key[b, i]), or undefined.
 inline Reference reference(const Config& c, const AttentionParams& p, const Tensor& q_t,
                            const Tensor& k_t, const Tensor& v_t, const Tensor* dout_t = nullptr,
-                           const Tensor& padding = Tensor()) {
+                           const Tensor& padding = Tensor(), const Tensor& first_key = Tensor()) {
   const auto q = q_t.to_vector<double>(), k = k_t.to_vector<double>(), v = v_t.to_vector<double>();
-  std::vector<double> dout, pad;
+  std::vector<double> dout, pad, first;
   if (dout_t) dout = dout_t->to_vector<double>();
   if (padding.defined()) pad = padding.to_vector<double>();
+  if (first_key.defined()) first = first_key.to_vector<double>();
   const Index at{c};
   Reference r;
   r.out.assign(q.size(), 0.0);
@@ -103,7 +105,9 @@ inline Reference reference(const Config& c, const AttentionParams& p, const Tens
         double max_score = minus_inf;
         for (std::int64_t j = 0; j < c.seq_k; ++j) {
           const bool padded = !pad.empty() && pad[static_cast<std::size_t>(b * c.seq_k + j)] != 0;
-          sees[j] = j <= last_key && !padded;
+          const bool before_first =
+              !first.empty() && double(j) < first[static_cast<std::size_t>(b * c.seq_q + i)];
+          sees[j] = j <= last_key && !padded && !before_first;
           any = any || sees[j];
           double s = 0;
           for (std::int64_t d = 0; d < c.dim; ++d)

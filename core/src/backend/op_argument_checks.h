@@ -92,8 +92,21 @@ inline void check_key_padding_mask(const char* op, const Tensor& mask, const Att
   check_contiguous(op, name, mask);
 }
 
+// params.first_key, when given: (B, Sq) i32, contiguous, on `device`.
+inline void check_first_key(const char* op, const Tensor& first, const AttentionShapes& s,
+                            Device device) {
+  constexpr const char* name = "first_key";
+  check_device(op, name, first, device);
+  check_dtype(op, name, first, {DType::i32});
+  if (first.dim() != 2 || first.size(0) != s.batch || first.size(1) != s.seq_q) {
+    fail(op, std::string(name) + " must have shape [" + std::to_string(s.batch) + ", " +
+                 std::to_string(s.seq_q) + "] (batch of q, queries of q), got " + first.describe());
+  }
+  check_contiguous(op, name, first);
+}
+
 // q (B, Sq, Hq, D) f32/f64, k and v (B, Sk, Hkv, D) with Hq a multiple of Hkv, a finite scale,
-// dropout_p in [0, 1) and an optional key padding mask; returns the sizes.
+// dropout_p in [0, 1), an optional key padding mask and first keys; returns the sizes.
 inline AttentionShapes check_attention_args(const char* op, const Tensor& q, const Tensor& k,
                                             const Tensor& v, const AttentionParams& params,
                                             Device device) {
@@ -125,6 +138,7 @@ inline AttentionShapes check_attention_args(const char* op, const Tensor& q, con
   if (params.key_padding_mask.defined()) {
     check_key_padding_mask(op, params.key_padding_mask, s, device);
   }
+  if (params.first_key.defined()) check_first_key(op, params.first_key, s, device);
   return s;
 }
 

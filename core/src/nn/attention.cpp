@@ -58,6 +58,7 @@ AttentionParams SelfAttention::params(const LayerContext& ctx, const LayerInputs
     }
     p.key_padding_mask = inputs.key_padding_mask;
   }
+  p.first_key = inputs.first_key;
   p.dropout_p = ctx.training ? config_.attention_dropout : 0.0f;
   p.seed = ctx.seed;
   // Attention dropout is inside the tensor-parallel region: each rank's probabilities (B, heads,

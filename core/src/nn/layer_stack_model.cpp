@@ -19,7 +19,7 @@ LayerSpec LayerStackModel::layer_spec(std::int64_t) const {
 }
 
 LayerInputs LayerStackModel::layer_inputs(const LayerContext&, const Batch&) {
-  return {rotary_tables(), Tensor()};
+  return {rotary_tables(), Tensor(), Tensor()};
 }
 
 Tensor sequence_major(Backend& be, const Tensor& batch_major) {

@@ -41,6 +41,11 @@ struct AttentionParams {
   // query of that sample sees it (Megatron's convention, True = masked). Applies together with
   // `causal`. Undefined (the default) = no padding. Backward must get the same mask as forward.
   Tensor key_padding_mask;
+  // Per-query first key (GPT's reset_attention_mask, documents packed in one sample): (B, Sq) i32,
+  // contiguous, on the backend's device; query i of sample b sees no key j < first_key[b, i].
+  // With `causal` this is Megatron's block-diagonal lower-triangular mask in O(S) instead of
+  // O(S^2) memory. Undefined (the default) = key 0. Backward must get the same tensor as forward.
+  Tensor first_key;
 };
 
 struct AdamParams {
@@ -148,7 +153,8 @@ class Backend {
   // q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D) with Hq % Hkv == 0 (query head h reads kv head
   // h / (Hq / Hkv)); out (B, Sq, Hq, D); lse (B, Hq, Sq) f32 (f64 for f64 inputs) = log-sum-exp
   // of the scaled scores of the keys a query sees, saved for backward. A query that sees no key
-  // (all excluded by causality and/or key_padding_mask) gets a zero output row and lse = -inf,
+  // (all excluded by causality, key_padding_mask and/or first_key) gets a zero output row and
+  // lse = -inf,
   // and in backward a zero dq row and no share of dk, dv.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const AttentionParams& params, Tensor& out, Tensor& lse) = 0;

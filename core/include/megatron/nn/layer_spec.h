@@ -24,6 +24,9 @@ struct LayerInputs {
   // (B, S) u8 on the model's device, non-zero = that key is padding (Megatron's convention); read
   // by layers whose attention mask is `padding`.
   Tensor key_padding_mask;
+  // (B, S) i32 on the model's device: the first key each query sees (GPT's reset_attention_mask,
+  // AttentionParams::first_key), or undefined; read by every self-attention layer.
+  Tensor first_key;
 };
 
 }  // namespace megatron::nn

@@ -182,6 +182,10 @@ Problem<T> make_problem(const Shapes& s, const AttentionParams& params, const Te
   if (padding.defined() && padding.numel() > 0) {
     p.key_padding = static_cast<const std::uint8_t*>(padding.raw_data());
   }
+  const Tensor& first = params.first_key;  // checked: (B, Sq) i32, contiguous
+  if (first.defined() && first.numel() > 0) {
+    p.first_key = static_cast<const std::int32_t*>(first.raw_data());
+  }
   p.q = bshd<const T>(q), p.k = bshd<const T>(k), p.v = bshd<const T>(v);
   return p;
 }

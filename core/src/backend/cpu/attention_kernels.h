@@ -55,6 +55,9 @@ struct Problem {
   // Key padding, (B, Sk) row-major: key j of sample b is excluded when key_padding[b * seq_k + j]
   // is non-zero; null when no key is padding.
   const std::uint8_t* key_padding = nullptr;
+  // First key per query, (B, Sq) row-major: query i of sample b sees no key before
+  // first_key[b * seq_q + i]; null when every query may see key 0.
+  const std::int32_t* first_key = nullptr;
 
   Bshd<const T> q, k, v;
   Panels<T> k_t;  // always
@@ -75,6 +78,20 @@ struct Problem {
     if (!causal) return seq_k;
     const std::int64_t end = query_end + key_shift();
     return end < 0 ? 0 : (end > seq_k ? seq_k : end);
+  }
+  // The first key query i of sample b may see (0 without first_key).
+  std::int64_t first_key_of(std::int64_t b, std::int64_t i) const {
+    return first_key ? first_key[b * seq_q + i] : 0;
+  }
+  // The first key any of queries [q0, q0 + rows) of sample b may see.
+  std::int64_t first_key_of_rows(std::int64_t b, std::int64_t q0, std::int64_t rows) const {
+    if (!first_key) return 0;
+    std::int64_t first = seq_k;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t f = first_key[b * seq_q + q0 + r];
+      first = f < first ? f : first;
+    }
+    return first < 0 ? 0 : first;
   }
   // The padding flags of keys [k0, ...) of sample b, or null when there is no padding.
   const std::uint8_t* padding_from(std::int64_t b, std::int64_t k0) const {

@@ -322,6 +322,16 @@ const T* padding_flags(const std::uint8_t* padding, std::int64_t cols, std::int6
   return flags;
 }
 
+// The largest first key of queries [q0, q0 + rows) of sample b.
+template <class T>
+std::int64_t last_first_key(const Problem<T>& p, std::int64_t b, std::int64_t q0,
+                            std::int64_t rows) {
+  std::int64_t last = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    last = max_of(last, p.first_key_of(b, q0 + r));
+  return last;
+}
+
 // ---- forward ----------------------------------------------------------------------------------
 
 // One row of the online softmax: turns the raw scores s[0, width) into probabilities relative to
@@ -393,7 +403,9 @@ void forward_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int
 
   const T* q_rows = p.q.row(b, q0, h);
   const std::int64_t key_end = p.visible_key_end(q0 + rows);
-  for (std::int64_t k0 = 0; k0 < key_end; k0 += kBlockK) {
+  // Tiles before every row's first key add nothing (exactly: their probabilities are all 0).
+  const std::int64_t key_begin = p.first_key_of_rows(b, q0, rows) / kBlockK * kBlockK;
+  for (std::int64_t k0 = key_begin; k0 < key_end; k0 += kBlockK) {
     const std::int64_t cols = min_of(kBlockK, key_end - k0);
     const std::int64_t cols_pad = round_up(cols, kLanes<T>);
     const std::uint8_t* padding = p.padding_from(b, k0);
@@ -409,6 +421,10 @@ void forward_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int
           p.causal ? clamp_to(q0 + r + p.key_shift() - k0 + 1, 0, cols) : cols;
       widest = max_of(widest, visible);
       T* s_row = s + r * cols_pad;
+      // Keys before the row's first key: -inf scores, so probability 0 (as causally hidden ones).
+      const std::int64_t hidden = clamp_to(p.first_key_of(b, q0 + r) - k0, 0, cols);
+      for (std::int64_t c = 0; c < hidden; ++c)
+        s_row[c] = -kInf<T>;
       online_softmax_row(s_row, cols_pad, visible, excluded, p.scale, running_max[r],
                          running_sum[r], acc + r * dim_pad, dim_pad);
       if (p.dropout_p > 0) {
@@ -508,6 +524,8 @@ void backward_kv_block(const Problem<T>& p, std::int64_t b, std::int64_t hk, std
         lse_cols[c] = c < rows ? lse_for_backward(p, b, h, i0 + c) : kInf<T>;
         dot_cols[c] = c < rows ? p.row_dot.at(b, h, i0 + c) : T(0);
       }
+      // Whether some query of this tile starts after some key of this block.
+      const bool starts_after = p.first_key != nullptr && last_first_key(p, b, i0, rows) > k0;
 
       // P^T = exp(scale * K Q^T - lse), zero where query i0 + c may not see key k0 + j.
       const T* q_t = p.q_t.panel(b, h, i0 / kBlockQ);
@@ -527,6 +545,11 @@ void backward_kv_block(const Problem<T>& p, std::int64_t b, std::int64_t hk, std
           const std::int64_t first = clamp_to(k0 + j - p.key_shift() - i0, 0, rows_pad);
           for (std::int64_t c = 0; c < first; ++c)
             prob[c] = 0;
+        }
+        if (starts_after) {  // queries whose first key comes after this one do not see it
+          for (std::int64_t c = 0; c < rows; ++c) {
+            if (p.first_key_of(b, i0 + c) > k0 + j) prob[c] = 0;
+          }
         }
       }
       const T* p_dropped = p_t;
@@ -600,7 +623,8 @@ void backward_q_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::
   const T* q_rows = p.q.row(b, q0, h);
   const T* dout_rows = p.dout.row(b, q0, h);
   const std::int64_t key_end = p.visible_key_end(q0 + rows);
-  for (std::int64_t k0 = 0; k0 < key_end; k0 += kBlockK) {
+  const std::int64_t key_begin = p.first_key_of_rows(b, q0, rows) / kBlockK * kBlockK;
+  for (std::int64_t k0 = key_begin; k0 < key_end; k0 += kBlockK) {
     const std::int64_t cols = min_of(kBlockK, key_end - k0);
     const std::int64_t cols_pad = round_up(cols, W);
     const std::uint8_t* padding = p.padding_from(b, k0);
@@ -631,6 +655,9 @@ void backward_q_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::
         }
       }
       for (std::int64_t c = visible; c < cols_pad; ++c)
+        row[c] = 0;
+      const std::int64_t hidden = clamp_to(p.first_key_of(b, q0 + r) - k0, 0, cols);
+      for (std::int64_t c = 0; c < hidden; ++c)  // before the row's first key
         row[c] = 0;
       T* mask_row = mask + r * cols_pad;
       if (dropout) {  // only visible entries matter: the others have P = 0

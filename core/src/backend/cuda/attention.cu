@@ -2,8 +2,9 @@
 // backend's algorithm (cpu/attention_tiles.h) step for step: online softmax over key tiles,
 // lse = max + log(sum) saved, rows that see no key give zero output and lse = -inf; backward
 // recomputes P = exp(scale * q.k - lse) and uses rowsum(dout * out). Causal masking is bottom-right
-// aligned, padding keys (AttentionParams::key_padding_mask) are excluded like causally hidden ones
-// and tiles of nothing but padding are skipped, heads are grouped (GQA), dropout uses
+// aligned, padding keys (AttentionParams::key_padding_mask) and keys before a query's first key
+// (AttentionParams::first_key) are excluded like causally hidden ones, tiles of nothing but padding
+// are skipped, heads are grouped (GQA), dropout uses
 // AttentionParams' Philox indexing.
 //
 // Why hand-written rather than cuDNN's fused attention: cuDNN's SDPA takes only fp16/bf16 (this op
@@ -61,10 +62,16 @@ struct Problem {
   float dropout_p;
   std::uint64_t seed, offset;
   const std::uint8_t* key_padding;  // (B, Sk), non-zero = excluded key; null when none
+  const std::int32_t* first_key;    // (B, Sq), first key each query sees; null: key 0
 
   // Whether key j of sample b is padding.
   __device__ bool padded(std::int64_t b, std::int64_t j) const {
     return key_padding != nullptr && key_padding[b * seq_k + j] != 0;
+  }
+
+  // Whether query i of sample b sees key j as far as first_key goes.
+  __device__ bool after_first(std::int64_t b, std::int64_t i, std::int64_t j) const {
+    return first_key == nullptr || j >= first_key[b * seq_q + i];
   }
 
   __device__ std::int64_t group() const { return heads_q / heads_kv; }
@@ -141,7 +148,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();
     if (!active) continue;
     const std::int64_t j = k0 + lane;
-    const bool sees = lane < kTile && j < visible && !p.padded(b, j);
+    const bool sees = lane < kTile && j < visible && !p.padded(b, j) && p.after_first(b, i, j);
     const T s = sees ? dot(q_s + warp * dim, k_s + lane * ld, dim) * scale : negative_infinity<T>();
     const T tile_max = warp_max(s);
     const T new_max = tile_max > running_max ? tile_max : running_max;
@@ -238,7 +245,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (!active) continue;
     const std::int64_t j = k0 + lane;
     T ds = T(0);
-    if (lane < kTile && j < visible && !p.padded(b, j)) {
+    if (lane < kTile && j < visible && !p.padded(b, j) && p.after_first(b, i, j)) {
       const T prob = math::exp_fast(dot(q_s + warp * dim, k_s + lane * ld, dim) * scale - row_lse);
       T dprob = dot(do_s + warp * dim, v_s + lane * ld, dim);
       if (p.dropout_p > 0) dprob *= p.dropout(b, h, i, j, keep_scale);
@@ -313,7 +320,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (!seen) continue;
       const std::int64_t i = i0 + lane;
       T dropped = T(0), ds = T(0);
-      if (lane < kTile && lane < rows && j < p.visible_end(i)) {
+      if (lane < kTile && lane < rows && j < p.visible_end(i) && p.after_first(b, i, j)) {
         const T prob =
             math::exp_fast(dot(k_s + warp * dim, q_s + lane * ld, dim) * scale - lse_s[lane]);
         T dprob = dot(v_s + warp * dim, do_s + lane * ld, dim);
@@ -366,9 +373,13 @@ Problem check_inputs(const char* op, const Tensor& q, const Tensor& k, const Ten
   const auto* key_padding = padding.defined() && padding.numel() > 0
                                 ? static_cast<const std::uint8_t*>(padding.raw_data())
                                 : nullptr;
+  const Tensor& first = params.first_key;  // checked: (B, Sq) i32, contiguous
+  const auto* first_key = first.defined() && first.numel() > 0
+                              ? static_cast<const std::int32_t*>(first.raw_data())
+                              : nullptr;
   const Problem p{s.batch,     s.seq_q,       s.seq_k,       s.heads_q,
                   s.heads_kv,  s.head_dim,    params.causal, params.dropout_p,
-                  params.seed, params.offset, key_padding};
+                  params.seed, params.offset, key_padding,   first_key};
   if (p.head_dim > kMaxHeadDim) {
     ops::fail(op, "the CUDA attention kernel handles head dimensions up to " +
                       std::to_string(kMaxHeadDim) + ", got " + q.describe());
