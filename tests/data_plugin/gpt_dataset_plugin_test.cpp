@@ -120,6 +120,95 @@ TEST_F(GptPluginTest, EodMaskLossMasksPositionsWhoseInputIsEod) {
   EXPECT_GT(eod_labels_kept, 10);  // predicting EOD still counts
 }
 
+// _get_ltor_masks_and_position_ids written as Megatron's loop over EOD positions, on a dense
+// (s, s) mask (true = masked after its `< 0.5`), for the fields' reference.
+struct LtorMasks {
+  std::vector<std::vector<bool>> masked;
+  std::vector<std::int64_t> position_ids;
+};
+LtorMasks megatron_ltor_masks(const std::vector<std::int32_t>& tokens, bool reset_positions,
+                              bool reset_attention) {
+  const std::size_t s = tokens.size();
+  std::vector<std::vector<double>> mask(s, std::vector<double>(s, 0.0));
+  for (std::size_t i = 0; i < s; ++i)
+    for (std::size_t j = 0; j <= i; ++j)
+      mask[i][j] = 1.0;  // torch.tril(ones)
+  LtorMasks out;
+  for (std::size_t i = 0; i < s; ++i)
+    out.position_ids.push_back(static_cast<std::int64_t>(i));
+  std::vector<std::size_t> eod_index;
+  for (std::size_t i = 0; i < s; ++i)
+    if (tokens[i] == kEod) eod_index.push_back(i);
+  std::size_t prev_index = 0;
+  for (std::size_t i : eod_index) {
+    if (reset_attention) {
+      for (std::size_t r = i + 1; r < s; ++r)
+        for (std::size_t c = 0; c < i + 1; ++c)
+          mask[r][c] = 0.0;
+    }
+    if (reset_positions) {
+      for (std::size_t r = i + 1; r < s; ++r)
+        out.position_ids[r] -= static_cast<std::int64_t>(i + 1 - prev_index);
+      prev_index = i + 1;
+    }
+  }
+  out.masked.assign(s, std::vector<bool>(s));
+  for (std::size_t i = 0; i < s; ++i)
+    for (std::size_t j = 0; j < s; ++j)
+      out.masked[i][j] = mask[i][j] < 0.5;
+  return out;
+}
+
+TEST_F(GptPluginTest, ResetPositionIdsAndAttentionMaskAreMegatronsMasksAsFields) {
+  const std::string prefix = write_dataset(dir_.prefix("corpus"), 30, 2, 9, 100, 3);
+  const std::string table = "[" + quoted(prefix) + "]";
+  auto plain = create(gpt_table(table, 32, "split = \"1\"\n"));
+  for (const FieldSpec& f : plain->sample_fields()) {
+    EXPECT_NE(f.name, "position_ids");  // only when asked for
+    EXPECT_NE(f.name, "attention_mask");
+  }
+  for (const auto& [positions, attention] :
+       {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+    SCOPED_TRACE(std::string("reset_position_ids ") + (positions ? "on" : "off") +
+                 ", reset_attention_mask " + (attention ? "on" : "off"));
+    auto dataset = create(gpt_table(
+        table, 32,
+        "split = \"1\"\nreset_position_ids = " + std::string(positions ? "true" : "false") +
+            "\nreset_attention_mask = " + std::string(attention ? "true" : "false") + "\n"));
+    const SampleSpec spec = dataset->sample_fields();
+    EXPECT_EQ(find_field(spec, "position_ids") != nullptr, positions);
+    EXPECT_EQ(find_field(spec, "attention_mask") != nullptr, attention);
+    dataset->build({40, 0, 0});
+    std::int64_t restarts = 0;
+    for (std::int64_t k = 0; k < dataset->size(Split::kTrain); ++k) {
+      Batch batch = Batch::allocate(spec, 1);
+      dataset->get(Split::kTrain, k, batch.sample(0));
+      const auto tokens = field_values<std::int32_t>(batch, "tokens", 32);
+      const LtorMasks want = megatron_ltor_masks(tokens, positions, attention);
+      if (positions) {
+        const auto got = field_values<std::int32_t>(batch, "position_ids", 32);
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(got[i], want.position_ids[i]) << "sample " << k << " position " << i;
+          restarts += i > 0 && got[i] == 0;
+        }
+      }
+      if (attention) {
+        const auto first = field_values<std::int32_t>(batch, "attention_mask", 32);
+        for (std::size_t i = 0; i < first.size(); ++i) {
+          for (std::size_t j = 0; j < first.size(); ++j) {
+            const bool masked = j > i || static_cast<std::int32_t>(j) < first[i];
+            ASSERT_EQ(masked, want.masked[i][j])
+                << "sample " << k << " query " << i << " key " << j;
+          }
+        }
+      }
+    }
+    if (positions) {
+      EXPECT_GT(restarts, 20);  // documents of 2..9 tokens: many boundaries
+    }
+  }
+}
+
 TEST_F(GptPluginTest, KeptLastPartialValidSampleIsPaddedAndMasked) {
   // 12 sequences of 10 tokens, valid = the last 6: 60 tokens, (60 - 1) % 8 != 0.
   IndexedDatasetWriter writer(bin_path(dir_.prefix("even")), IndexDType::u16);

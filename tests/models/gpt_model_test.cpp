@@ -97,6 +97,101 @@ TEST(GptModel, GradientsPartialRotaryKvChannelsAndErfGelu) {
   check_gradients(c, true);
 }
 
+// Two documents packed in one sample, the second at [start, seq): Megatron's reset_position_ids
+// and reset_attention_mask fields as the gpt dataset writes them.
+void add_document_fields(Batch& batch, std::int64_t start) {
+  const std::int64_t b = batch["tokens"].size(0), s = batch["tokens"].size(1);
+  std::vector<std::int32_t> positions, first;
+  for (std::int64_t r = 0; r < b; ++r) {
+    for (std::int64_t i = 0; i < s; ++i) {
+      positions.push_back(static_cast<std::int32_t>(i < start ? i : i - start));
+      first.push_back(static_cast<std::int32_t>(i < start ? 0 : start));
+    }
+  }
+  batch.set("position_ids", Tensor::from(positions, {b, s}));
+  batch.set("attention_mask", Tensor::from(first, {b, s}));
+}
+
+TEST(GptModel, GradientsWithResetPositionIdsAndAttentionMask) {
+  const std::int64_t vocab = 37, seq = 7;
+  auto m = build(tiny_config(), DType::f64, vocab, seq);
+  Batch batch = make_batch(2, seq, vocab, 6, true);
+  add_document_fields(batch, 3);
+  StepOptions o;
+  o.training = false;
+  m->step(batch, o);
+  test::expect_gradients_match_finite_differences(m->parameters(),
+                                                  [&] { return mean_loss(*m, batch); });
+}
+
+// What reset_position_ids + reset_attention_mask are for: a document packed after another one
+// gives the loss and every gradient it gives alone at the start of a sample.
+TEST(GptModel, PackedDocumentWithResetFieldsEqualsTheDocumentAlone) {
+  const std::int64_t vocab = 37, seq = 12, start = 5, length = seq - start;
+  // Packed: [first document | second document], loss on the second only.
+  Batch packed = test::gpt_batch(1, seq, vocab, 8, [&](std::size_t i) { return i < start; });
+  add_document_fields(packed, start);
+  // Alone: the second document first, then tokens that causal attention keeps it from seeing.
+  const Batch random = test::gpt_batch(1, seq, vocab, 9, [](std::size_t) { return false; });
+  std::vector<std::int32_t> tokens = random["tokens"].to_vector<std::int32_t>();
+  std::vector<std::int32_t> labels = random["labels"].to_vector<std::int32_t>();
+  const auto packed_tokens = packed["tokens"].to_vector<std::int32_t>();
+  const auto packed_labels = packed["labels"].to_vector<std::int32_t>();
+  std::vector<float> mask(static_cast<std::size_t>(seq), 0.0f);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(length); ++i) {
+    tokens[i] = packed_tokens[static_cast<std::size_t>(start) + i];
+    labels[i] = packed_labels[static_cast<std::size_t>(start) + i];
+    mask[i] = 1.0f;
+  }
+  Batch alone;
+  alone.set("tokens", Tensor::from(tokens, {1, seq}));
+  alone.set("labels", Tensor::from(labels, {1, seq}));
+  alone.set("loss_mask", Tensor::from(mask, {1, seq}));
+
+  auto packed_model = build(tiny_config(), DType::f64, vocab, seq);
+  auto alone_model = build(tiny_config(), DType::f64, vocab, seq);
+  StepOptions o;
+  o.training = false;
+  const LossTerm a = lm_loss(packed_model->step(packed, o));
+  const LossTerm b = lm_loss(alone_model->step(alone, o));
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_NEAR(a.sum, b.sum, 1e-12 * std::abs(b.sum));
+  auto& pa = packed_model->parameters();
+  auto& pb = alone_model->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (std::size_t t = 0; t < pa.size(); ++t) {
+    const auto ga = pa[t].grad.to_vector<double>(), gb = pb[t].grad.to_vector<double>();
+    ASSERT_EQ(ga.size(), gb.size());
+    for (std::size_t i = 0; i < ga.size(); ++i)
+      ASSERT_NEAR(ga[i], gb[i], 1e-12) << pa[t].name << "[" << i << "]";
+  }
+
+  // Without the fields the second document sees the first one: another loss.
+  Batch plain;
+  for (const char* field : {"tokens", "labels", "loss_mask"})
+    plain.set(field, packed[field]);
+  auto plain_model = build(tiny_config(), DType::f64, vocab, seq);
+  EXPECT_GT(std::abs(lm_loss(plain_model->step(plain, o)).sum - b.sum), 1e-6);
+}
+
+// Megatron-core's GPTModel gives position_ids to learned embeddings only; rope ignores them.
+TEST(GptModel, RopeIgnoresPositionIds) {
+  GptConfig c = tiny_config();
+  c.transformer.rotary_dim = 4;
+  c.position_embedding = PositionEmbedding::rope;
+  auto m = build(c, DType::f64, 37, 6);
+  const Batch plain = make_batch(2, 6, 37, 10, false);
+  Batch with_fields = make_batch(2, 6, 37, 10, false);
+  add_document_fields(with_fields, 2);
+  Batch positions_only;
+  for (const char* field : {"tokens", "labels", "loss_mask", "position_ids"})
+    positions_only.set(field, with_fields[field]);
+  StepOptions o;
+  o.training = false;
+  o.backward = false;
+  EXPECT_EQ(lm_loss(m->step(positions_only, o)).sum, lm_loss(m->step(plain, o)).sum);
+}
+
 std::vector<std::vector<float>> gradients(GptModel& m) {
   std::vector<std::vector<float>> out;
   for (auto& p : m.parameters())

@@ -127,7 +127,7 @@ void run_attention(bool gqa_rotary, const nn::TensorParallelism& tp) {
     c.rotary_dim = 4;
     rotary = nn::make_rotary_tables(kS, 4, 10000, DType::f32);
   }
-  const nn::LayerInputs inputs{rotary ? &*rotary : nullptr, Tensor()};
+  const nn::LayerInputs inputs{rotary ? &*rotary : nullptr, Tensor(), Tensor()};
   ParameterSet full, split;
   nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
   nn::SelfAttention af, as;
@@ -234,9 +234,9 @@ TEST_P(TpLayers, VocabParallelEmbedding) {
 }
 
 // The fused logits + cross-entropy over a vocabulary split in two, with a partial loss mask and
-// a non-unit loss scale.
-TEST_P(TpLayers, VocabParallelCrossEntropy) {
-  const nn::TensorParallelism tp = this->tp();
+// a non-unit loss scale: every third row masked (all rows computed), or only every third row
+// counted (BERT-like: only those rows go through the output layer).
+void check_vocab_parallel_cross_entropy(const nn::TensorParallelism& tp, bool sparse) {
   ParameterSet full, split;
   nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
   Parameter& wf = ff.declare("output_layer.weight", {kVocab, kH}, ParamInit::normal, 0.3f, true,
@@ -248,9 +248,9 @@ TEST_P(TpLayers, VocabParallelCrossEntropy) {
   const std::int64_t rows = kS * kB;
   const Tensor hidden = random_tensor({rows, kH}, 10);
   const Tensor labels = random_ids({rows}, 45, 11);  // padding rows are never targets
-  std::vector<float> mask(static_cast<std::size_t>(rows), 1.0f);
+  std::vector<float> mask(static_cast<std::size_t>(rows), sparse ? 0.0f : 1.0f);
   for (std::size_t i = 0; i < mask.size(); i += 3)
-    mask[i] = 0.0f;
+    mask[i] = sparse ? 1.0f : 0.0f;
   const Tensor loss_mask = Tensor::from(mask, {rows});
   Tensor dh = empty_like(hidden);
   const nn::LmLossResult r =
@@ -264,6 +264,14 @@ TEST_P(TpLayers, VocabParallelCrossEntropy) {
   EXPECT_EQ(rs.token_count, r.token_count);
   expect_close(dhs, local(dh, tp), kTol, "hidden grad");
   check_grads(full, split, tp);
+}
+
+TEST_P(TpLayers, VocabParallelCrossEntropy) {
+  check_vocab_parallel_cross_entropy(tp(), false);
+}
+
+TEST_P(TpLayers, VocabParallelCrossEntropyOnlyCountedRows) {
+  check_vocab_parallel_cross_entropy(tp(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Split, TpLayers, ::testing::Values(false, true),

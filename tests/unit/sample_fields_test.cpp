@@ -41,6 +41,15 @@ TEST(SampleFields, DtypeAndExactShapeMustAgree) {
   EXPECT_EQ(config_error({{"text", DType::i32, {}}}, bert_like()), "");  // any shape
 }
 
+// An optional field (GPT's position_ids) may be missing, but when provided must agree.
+TEST(SampleFields, OptionalFieldsMayBeMissingButMustAgreeWhenThere) {
+  const FieldSpec position_ids{"position_ids", DType::i32, {}, FieldKind::value, true};
+  EXPECT_EQ(config_error({{"text", DType::i32, {}}, position_ids}, bert_like()), "");
+  const FieldSpec padding_as_i32{"padding_mask", DType::i32, {}, FieldKind::mask, true};
+  EXPECT_NE(config_error({padding_as_i32}, bert_like()).find("provides it as uint8 [8]"),
+            std::string::npos);
+}
+
 TEST(Batch, SamplesFillRowsOfEveryField) {
   Batch b = Batch::allocate(bert_like(), 3);
   EXPECT_EQ(b.size(), 3);

@@ -28,6 +28,9 @@ struct FieldSpec {
   DType dtype = DType::i32;
   Shape shape;
   FieldKind kind = FieldKind::value;
+  // In a model's input_fields: used when the dataset provides it (e.g. GPT's position_ids), not
+  // required. Datasets leave it false.
+  bool optional = false;
   bool operator==(const FieldSpec&) const = default;
 };
 using SampleSpec = std::vector<FieldSpec>;
@@ -38,8 +41,9 @@ const FieldSpec* find_field(const SampleSpec& spec, std::string_view name);
 std::string describe_fields(const SampleSpec& spec);
 
 // Refuses, before any work, a model whose inputs the dataset does not provide: every field of
-// `needed` must be in `provided` with the same dtype (and the same shape where `needed` gives
-// one). Throws ConfigError naming both plugins, the field and what the dataset has instead.
+// `needed` must be in `provided` (unless it is optional) with the same dtype (and the same shape
+// where `needed` gives one). Throws ConfigError naming both plugins, the field and what the dataset
+// has instead.
 void check_sample_fields(const SampleSpec& needed, std::string_view model_name,
                          const SampleSpec& provided, std::string_view data_name);
 

@@ -30,6 +30,7 @@ void check_sample_fields(const SampleSpec& needed, std::string_view model_name,
     const std::string who = fmt::format("[model] type = \"{}\" needs the sample field '{}' ({})",
                                         model_name, want.name, dtype_name(want.dtype));
     if (!have) {
+      if (want.optional) continue;  // the model works without it
       throw ConfigError(
           fmt::format("{}, which [data] type = \"{}\" does not provide (it provides {})", who,
                       data_name, describe_fields(provided)));

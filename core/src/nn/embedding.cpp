@@ -52,8 +52,15 @@ Tensor Embedding::local_rows_of(const Tensor& per_row, std::int64_t first,
   return per_row.view({per_row.numel()}).slice(0, first, rows);
 }
 
+Tensor Embedding::local_positions(Backend& be, const Tensor& ids, const Tensor* position_ids,
+                                  std::int64_t local_rows) const {
+  const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
+  if (position_ids) return local_rows_of(*position_ids, first, local_rows);
+  return positions(be, ids, first, local_rows);
+}
+
 void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site,
-                        Tensor& y, const Tensor* types) const {
+                        Tensor& y, const Tensor* types, const Tensor* position_ids) const {
   Backend& be = ctx.backend;
   const std::int64_t rows = ids.numel(), h = word_embeddings->value.size(1);
   const std::int64_t local_rows = y.numel() / h;  // rows / tp under sequence parallelism
@@ -68,8 +75,8 @@ void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_
   }
   if (position_embeddings) {
     Tensor pos = be.empty({local_rows, h}, y.dtype());
-    const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
-    be.embedding_forward(positions(be, ids, first, local_rows), position_embeddings->value, 0, pos);
+    be.embedding_forward(local_positions(be, ids, position_ids, local_rows),
+                         position_embeddings->value, 0, pos);
     be.add(y_rows, pos, y_rows);
   }
   if (tokentype_embeddings) {
@@ -88,7 +95,7 @@ void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_
 }
 
 void Embedding::backward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site,
-                         const Tensor& dy, const Tensor* types) const {
+                         const Tensor& dy, const Tensor* types, const Tensor* position_ids) const {
   Backend& be = ctx.backend;
   const std::int64_t rows = ids.numel(), h = word_embeddings->value.size(1);
   const std::int64_t local_rows = dy.numel() / h;
@@ -100,9 +107,8 @@ void Embedding::backward(const LayerContext& ctx, const Tensor& ids, std::uint64
                         ctx.dropout_offset(dropout_site) + tp_sequence_offset(tp_, dy.numel()), d);
   }
   if (position_embeddings) {
-    const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;
-    be.embedding_backward(positions(be, ids, first, local_rows), d, 0, position_embeddings->grad,
-                          true);
+    be.embedding_backward(local_positions(be, ids, position_ids, local_rows), d, 0,
+                          position_embeddings->grad, true);
   }
   if (tokentype_embeddings) {
     const std::int64_t first = tp_.sp() ? tp_.rank * local_rows : 0;

@@ -244,9 +244,14 @@ std::int64_t GptDataset::size(data::Split split) const {
 
 SampleSpec GptDataset::sample_fields() const {
   const Shape s{options_.seq_length};
-  return {{"tokens", DType::i32, s, FieldKind::token_ids},
-          {"labels", DType::i32, s, FieldKind::labels},
-          {"loss_mask", DType::f32, s, FieldKind::mask}};
+  SampleSpec fields = {{"tokens", DType::i32, s, FieldKind::token_ids},
+                       {"labels", DType::i32, s, FieldKind::labels},
+                       {"loss_mask", DType::f32, s, FieldKind::mask}};
+  if (options_.reset_position_ids) fields.push_back({"position_ids", DType::i32, s});
+  // Megatron's (1, s, s) block-lower-triangular mask in O(s): row i of it is true (masked) before
+  // attention_mask[i] and after i.
+  if (options_.reset_attention_mask) fields.push_back({"attention_mask", DType::i32, s});
+  return fields;
 }
 
 void GptDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {
@@ -299,6 +304,27 @@ void GptDataset::get(data::Split split, std::int64_t index, const SampleSlots& o
     tokens[i] = input == kPadToken ? 0 : input;
     labels[i] = label == kPadToken ? 0 : label;
     loss_mask[i] = mask;
+  }
+  if (options_.reset_position_ids || options_.reset_attention_mask) {
+    write_document_fields(std::span<const std::int32_t>(text).first(length), eod, out);
+  }
+}
+
+void GptDataset::write_document_fields(std::span<const std::int32_t> inputs, TokenId eod,
+                                       const SampleSlots& out) const {
+  // _get_ltor_masks_and_position_ids: after an EOD at i, positions restart (position_ids[i + 1:]
+  // -= i + 1 - previous start) and later tokens see nothing up to i (mask[i + 1:, :i + 1] = 0).
+  // Both follow from the start of each token's document: the position after the last EOD before
+  // it (the EOD itself belongs to the document it ends).
+  std::span<std::int32_t> positions, first_key;
+  if (options_.reset_position_ids) positions = out.i32("position_ids");
+  if (options_.reset_attention_mask) first_key = out.i32("attention_mask");
+  std::int32_t start = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const auto index = static_cast<std::int32_t>(i);
+    if (!positions.empty()) positions[i] = index - start;
+    if (!first_key.empty()) first_key[i] = start;
+    if (inputs[i] == eod) start = index + 1;
   }
 }
 

@@ -60,6 +60,9 @@ class GptDataset final : public Dataset {
                                   bool per_split_blend,
                                   std::optional<std::int64_t> num_samples) const;
   const LowLevelDataset& low_level(const std::string& prefix) const;
+  // position_ids and/or attention_mask of a sample from its input tokens.
+  void write_document_fields(std::span<const std::int32_t> inputs, TokenId eod,
+                             const SampleSlots& out) const;
 
   Logger& log_;
   ParallelState& parallel_;

@@ -77,6 +77,13 @@ void declare_gpt_data_config(config::TableSchema& s) {
                      "folder for the sample index cache (default: <prefix>/cache/"
                      "GPTDataset_indices for each dataset)")
       .boolean("eod_mask_loss", false, "no loss on positions whose input token is end-of-document")
+      .boolean("reset_position_ids", false,
+               "positions restart at 0 after each end-of-document token (adds the sample field "
+               "position_ids; read by learned_absolute position embeddings only, as in "
+               "Megatron-core, where rope ignores it)")
+      .boolean("reset_attention_mask", false,
+               "tokens after an end-of-document token do not attend to earlier documents (adds "
+               "the sample field attention_mask: per token, the first position it may attend to)")
       .boolean("mmap_bin_files", true,
                "accepted for Megatron compatibility; .bin files are always memory-mapped")
       .boolean("drop_last_partial_validation_sequence", true,
@@ -133,6 +140,8 @@ GptDataOptions read_gpt_data_options(const ConfigTable& t, const config::CoreCon
   }
   if (t.has("data_cache_path")) o.data_cache_path = absolute(t.string("data_cache_path"));
   o.eod_mask_loss = t.boolean("eod_mask_loss");
+  o.reset_position_ids = t.boolean("reset_position_ids");
+  o.reset_attention_mask = t.boolean("reset_attention_mask");
   o.drop_last_partial_validation_sequence = t.boolean("drop_last_partial_validation_sequence");
   o.mid_level_dataset_surplus = t.real("mid_level_dataset_surplus");
   o.seed = core.training.seed;

@@ -33,6 +33,8 @@ struct GptDataOptions {
   TokenizerFiles tokenizer_files;
   std::optional<std::string> data_cache_path;
   bool eod_mask_loss = false;
+  bool reset_position_ids = false;    // sample field position_ids
+  bool reset_attention_mask = false;  // sample field attention_mask (first visible key per token)
   bool drop_last_partial_validation_sequence = true;
   double mid_level_dataset_surplus = 0.005;
   std::int64_t seed = 1234;  // [training] seed

@@ -13,7 +13,8 @@ namespace megatron::gpt {
 namespace {
 
 struct EmbeddingState : nn::LayerStackModel::ProcessState {
-  Tensor ids;  // (S, B)
+  Tensor ids;        // (S, B)
+  Tensor positions;  // (S, B) from the data's position_ids, or undefined
 };
 struct HeadState : nn::LayerStackModel::ProcessState {
   Tensor dnormed;  // the loss gradient at the final norm's output, computed with the loss
@@ -26,7 +27,20 @@ GptModel::GptModel(GptConfig config) : LayerStackModel(std::move(config), "GPT",
 SampleSpec GptModel::input_fields() const {
   return {{"tokens", DType::i32, {}, FieldKind::token_ids},
           {"labels", DType::i32, {}, FieldKind::labels},
-          {"loss_mask", DType::f32, {}, FieldKind::mask}};
+          {"loss_mask", DType::f32, {}, FieldKind::mask},
+          // reset_position_ids / reset_attention_mask, when the dataset provides them.
+          {"position_ids", DType::i32, {}, FieldKind::value, true},
+          {"attention_mask", DType::i32, {}, FieldKind::value, true}};
+}
+
+nn::LayerInputs GptModel::layer_inputs(const nn::LayerContext& ctx, const Batch& batch) {
+  nn::LayerInputs inputs{rotary_tables(), Tensor(), Tensor()};
+  if (batch.has("attention_mask")) {  // (B, S): the first position each token may attend to
+    const Tensor& first = batch["attention_mask"];
+    inputs.first_key = ctx.backend.empty(first.shape(), DType::i32);
+    ctx.backend.copy(first, inputs.first_key);
+  }
+  return inputs;
 }
 
 std::uint64_t GptModel::declare_pre_process(nn::ParamFactory& factory) {
@@ -57,16 +71,23 @@ Tensor GptModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
   }
   auto st = std::make_unique<EmbeddingState>();
   st->ids = nn::sequence_major(ctx.backend, tokens);
+  // Megatron-core's GPTModel gives position_ids to the learned position embedding only.
+  if (batch.has("position_ids") && embedding_.position_embeddings) {
+    st->positions = nn::sequence_major(ctx.backend, batch["position_ids"]);
+  }
   Tensor x = ctx.backend.empty(
       {local_seq(tokens.size(1)), tokens.size(0), config_.transformer.hidden_size},
       info().param_dtype);
-  embedding_.forward(ctx, st->ids, 0, x);
+  embedding_.forward(ctx, st->ids, 0, x, nullptr,
+                     st->positions.defined() ? &st->positions : nullptr);
   state = std::move(st);
   return x;
 }
 
 void GptModel::pre_backward(const nn::LayerContext& ctx, ProcessState* state, const Tensor& dx) {
-  embedding_.backward(ctx, static_cast<EmbeddingState*>(state)->ids, 0, dx);
+  const auto* st = static_cast<EmbeddingState*>(state);
+  embedding_.backward(ctx, st->ids, 0, dx, nullptr,
+                      st->positions.defined() ? &st->positions : nullptr);
 }
 
 StepResult GptModel::post_forward(const nn::LayerContext& ctx, const Batch& batch,

@@ -27,6 +27,7 @@ class GptModel : public nn::LayerStackModel {
  protected:
   std::uint64_t declare_pre_process(nn::ParamFactory& factory) override;
   void declare_post_process(nn::ParamFactory& factory, bool with_pre_process) override;
+  nn::LayerInputs layer_inputs(const nn::LayerContext& ctx, const Batch& batch) override;
   Tensor pre_forward(const nn::LayerContext& ctx, const Batch& batch,
                      std::unique_ptr<ProcessState>& state) override;
   void pre_backward(const nn::LayerContext& ctx, ProcessState* state, const Tensor& dx) override;

@@ -24,12 +24,14 @@ class Embedding {
   // of its vocabulary slice (others give zero rows) and the partial sums are all-reduced
   // (reduce-scattered along the sequence under sequence parallelism).
   // `types` (S, B) i32 on the backend's device: the token type of each id (with a token-type
-  // table; nullptr without).
+  // table; nullptr without). `position_ids` (S, B) i32 on the backend's device: each token's
+  // position (GPT's reset_position_ids); nullptr: the token's index in its sequence.
   void forward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site, Tensor& y,
-               const Tensor* types = nullptr) const;
+               const Tensor* types = nullptr, const Tensor* position_ids = nullptr) const;
   // Accumulates the table gradients from dy (shaped as forward's y).
   void backward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site,
-                const Tensor& dy, const Tensor* types = nullptr) const;
+                const Tensor& dy, const Tensor* types = nullptr,
+                const Tensor* position_ids = nullptr) const;
 
   Parameter* word_embeddings = nullptr;       // (V, h) globally; rows [rank V/tp, (rank+1) V/tp)
   Parameter* position_embeddings = nullptr;   // (max_positions, h) or none; replicated
@@ -43,6 +45,9 @@ class Embedding {
   // `first_row`: row i -> i / B.
   Tensor positions(Backend& backend, const Tensor& ids, std::int64_t first_row,
                    std::int64_t rows) const;
+  // The positions of this rank's `local_rows` rows: from position_ids when given, else by index.
+  Tensor local_positions(Backend& backend, const Tensor& ids, const Tensor* position_ids,
+                         std::int64_t local_rows) const;
   // The rows of a replicated per-row table (positions, token types) this rank adds: all rows, or
   // its sequence shard's under sequence parallelism.
   Tensor local_rows_of(const Tensor& per_row, std::int64_t first, std::int64_t rows) const;
