@@ -28,6 +28,10 @@ struct LmLossResult {
 // `bias` (V) (this rank's vocabulary slice, like the weight), when given, is added to the logits
 // (BERT's and T5's output_layer.bias) and its gradient accumulated. Labels outside the vocabulary
 // (BERT's -1 at unmasked positions) must have mask 0.
+//
+// When at most half of the rows have a non-zero mask (BERT's masked LM), only those rows go
+// through the output layer: the loss and every gradient are those of the full computation (the
+// other rows contribute exactly zero), at a fraction of its cost; dhidden is zero on the others.
 LmLossResult lm_loss(Backend& backend, const Tensor& hidden, Parameter& weight,
                      const Tensor& labels, const Tensor& loss_mask, float loss_scale,
                      Tensor* dhidden, DType compute = DType::f32, const TensorParallelism& tp = {},
