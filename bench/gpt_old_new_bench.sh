@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # GPT training-step time of two megatron-app builds (e.g. before/after a change), run alternately
 # (old, new, old, new, ...) so that a changing machine load falls on both alike.
-#   bench/gpt_old_new_bench.sh OLD_APP NEW_APP [ROUNDS [ITERATIONS [GPT2_SMALL_ITERATIONS [SHAPES]]]]
+#   bench/gpt_old_new_bench.sh OLD_APP NEW_APP [ROUNDS [ITERATIONS [GPT2_SMALL_ITERATIONS [SHAPES
+#     [PRECISIONS]]]]]
 # Shapes: gpt_tiny (L4 h128 s128 mbs8), gpt2_small (L12 h768 s1024 mbs4); SHAPES (default
-# "gpt_tiny gpt2_small") picks some. Each run: configs/gpt_tiny.toml with the shape overridden,
-# ITERATIONS (+1 warm-up) iterations, eval off, no checkpoint; the figure is the mean metrics-file
+# "gpt_tiny gpt2_small") picks some, PRECISIONS (default "fp32 bf16") likewise. Each run:
+# configs/gpt_tiny.toml with the shape overridden, ITERATIONS (+1 warm-up) iterations, eval off, no checkpoint; the figure is the mean metrics-file
 # elapsed_ms after the warm-up iteration, as in bench/gpt_train_bench.sh.
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-2} iterations=${4:-5} large_iterations=${5:-2}
 shapes=${6:-"gpt_tiny gpt2_small"}
+precisions=${7:-"fp32 bf16"}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -17,7 +19,7 @@ while read -r name layers hidden heads seq mbs; do
   [[ " $shapes " == *" $name "* ]] || continue
   n=$iterations
   [ "$name" = gpt2_small ] && n=$large_iterations
-  for precision in fp32 bf16; do
+  for precision in $precisions; do
     flag=()
     [ "$precision" = bf16 ] && flag=(--set training.bf16=true)
     for round in $(seq "$rounds"); do
