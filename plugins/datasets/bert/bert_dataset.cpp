@@ -1,5 +1,6 @@
-// Builds the splits' sentence mappings as MaskedWordPieceDataset does (documents split by
-// `split`, cached sample index) and serves samples as BERTMaskedWordPieceDataset.__getitem__.
+// Builds the splits as Megatron's BlendedMegatronDatasetBuilder does (each dataset's documents
+// split by `split`, or per-split blends; the cached sample index of each MaskedWordPieceDataset;
+// blends in Megatron's order) and serves samples as BERTMaskedWordPieceDataset.__getitem__.
 #include "bert_dataset.h"
 
 #include <numeric>
@@ -28,6 +29,27 @@ data::TokenizerIdentity tokenizer_identity(const BertDataOptions& o) {
   return identity;
 }
 
+std::string split_text(data::Split split) {
+  return std::string(data::split_name(split));
+}
+
+// The documents of `split` in one dataset (the source has data for the split).
+data::ElementRange document_range(const SentenceDataset& source, const data::SplitSource& where,
+                                  data::Split split) {
+  const auto documents = static_cast<std::int64_t>(source.data.document_count());
+  return data::split_element_range(*where.matrix[slot(split)], documents);
+}
+
+// Why a split of one dataset has no documents, for messages.
+std::string document_share(const SentenceDataset& source, const data::SplitSource& where,
+                           const std::optional<std::string>& split_string,
+                           data::ElementRange range) {
+  if (where.per_split_blend) return "the dataset has no documents";
+  return "split \"" + split_string.value_or("") + "\" gives it documents [" +
+         std::to_string(range.begin) + ", " + std::to_string(range.end) + ") of " +
+         std::to_string(source.data.document_count());
+}
+
 }  // namespace
 
 BertDataset::BertDataset(PluginContext& context)
@@ -42,16 +64,20 @@ BertDataset::BertDataset(PluginContext& context)
   } catch (const Error& e) {
     table_.fail("vocab_file", e.what());
   }
-  data_ = std::make_unique<IndexedDataset>(options_.prefix);
-  sentence_lengths_ = data_->sequence_lengths();
-  document_indices_ = data_->document_indices();
-  // build_mapping pairs sentences within documents; a document-level file (one sequence per
-  // document) has none to pair.
-  if (data_->size() == data_->document_count()) {
-    table_.fail("data_path", "dataset " + options_.prefix + " holds one sequence per document (" +
-                                 std::to_string(data_->size()) +
-                                 "): BERT samples are made of sentences; preprocess the corpus "
-                                 "with --split-sentences (its files end in _sentence)");
+  for (const data::PrefixUse& use : data::distinct_prefixes(options_.blends)) {
+    auto dataset = std::make_unique<SentenceDataset>(
+        SentenceDataset{use.prefix, IndexedDataset(use.prefix), {}, {}});
+    // build_mapping pairs sentences within documents; a document-level file (one sequence per
+    // document) has none to pair.
+    if (dataset->data.size() == dataset->data.document_count()) {
+      table_.fail(use.key, "dataset " + use.prefix + " holds one sequence per document (" +
+                               std::to_string(dataset->data.size()) +
+                               "): BERT samples are made of sentences; preprocess the corpus "
+                               "with --split-sentences (its files end in _sentence)");
+    }
+    dataset->sentence_lengths = dataset->data.sequence_lengths();
+    dataset->document_indices = dataset->data.document_indices();
+    datasets_.push_back(std::move(dataset));
   }
   const auto vocab = static_cast<TokenId>(tokenizer_->vocab_size());
   std::vector<std::string> strings;
@@ -74,6 +100,13 @@ BertDataset::BertDataset(PluginContext& context)
   data::check_masking_options(options_.sample.masking);
 }
 
+const SentenceDataset& BertDataset::sentences(const std::string& prefix) const {
+  for (const auto& dataset : datasets_) {
+    if (dataset->prefix == prefix) return *dataset;
+  }
+  throw Error("dataset " + prefix + " was not opened");
+}
+
 SampleSpec BertDataset::sample_fields() const {
   const Shape s{options_.sample.sequence_length};
   return {{"text", DType::i32, s, FieldKind::token_ids},
@@ -89,73 +122,118 @@ void BertDataset::build(const std::array<std::int64_t, 3>& num_samples) {
   data::build_rank_zero_first(parallel_, [&] {
     for (data::Split split : data::kSplits) {
       const std::int64_t wanted = num_samples[slot(split)];
-      mappings_[slot(split)] = wanted > 0 ? build_split(split, wanted) : data::IndexArray{};
-      sizes_[slot(split)] =
-          wanted > 0 ? static_cast<std::int64_t>(mappings_[slot(split)].rows()) : 0;
+      splits_[slot(split)] = wanted > 0 ? build_split(split, wanted) : SplitDataset{};
     }
   });
 }
 
-data::IndexArray BertDataset::build_split(data::Split split, std::int64_t num_samples) const {
-  const std::string name(data::split_name(split));
-  const auto& bookends = options_.split_matrix[slot(split)];
-  const auto documents = static_cast<std::int64_t>(data_->document_count());
-  const data::ElementRange range =
-      bookends ? data::split_element_range(*bookends, documents) : data::ElementRange{};
-  if (range.size() <= 0) {
-    if (split == data::Split::kTrain) {
-      table_.fail("split", "the train split of " + options_.prefix + " has no documents (split \"" +
-                               options_.split + "\") but the schedule trains on " +
-                               std::to_string(num_samples) + " samples");
-    }
-    log_.warn(
-        "data: the {} split has no documents but the schedule asks for {} samples; it is "
-        "left empty",
-        name, num_samples);
+SplitDataset BertDataset::build_split(data::Split split, std::int64_t num_samples) const {
+  Logger* talk = parallel_.world_rank() == 0 ? &log_ : nullptr;
+  const data::SplitSource where = data::split_source(options_.blends, split);
+  if (!data::check_split_has_data(table_, options_.blends, where, split, num_samples, talk)) {
     return {};
   }
+  const data::BlendSpec& spec = *where.spec;
+  if (!data::needs_blend_layer(spec.prefixes.size(), !spec.weights.empty(),
+                               where.per_split_blend)) {
+    // A lone dataset whose share of the documents rounds to none (Megatron fails on it with an
+    // IndexError): the train split is refused, the others are left empty.
+    const SentenceDataset& only = sentences(spec.prefixes[0]);
+    const data::ElementRange range = document_range(only, where, split);
+    if (range.size() <= 0) {
+      const std::string share = document_share(only, where, options_.blends.split, range);
+      if (split == data::Split::kTrain) {
+        table_.fail(where.per_split_blend ? spec.key : "split",
+                    "the train split of " + only.prefix + " has no documents (" + share +
+                        ") but the schedule trains on " + std::to_string(num_samples) + " samples");
+      }
+      if (talk) {
+        talk->warn(
+            "data: the {} split of {} has no documents ({}) but the schedule asks for {} "
+            "samples; it is left empty",
+            split_text(split), only.prefix, share, num_samples);
+      }
+      return {};
+    }
+  }
+  SplitDataset out;
+  data::SplitBlend blend = data::build_split_blend(
+      table_, where, split, num_samples, options_.mid_level_dataset_surplus, talk,
+      [&](std::size_t d, std::optional<std::int64_t> samples) {
+        out.constituents.push_back(
+            build_masked(sentences(spec.prefixes[d]), where, split, samples));
+        return static_cast<std::int64_t>(out.constituents.back().mapping.rows());
+      });
+  out.blend = std::move(blend.blend);
+  out.size = blend.size;
+  return out;
+}
+
+MaskedDataset BertDataset::build_masked(const SentenceDataset& source,
+                                        const data::SplitSource& where, data::Split split,
+                                        std::optional<std::int64_t> num_samples) const {
+  const std::string name = split_text(split);
+  const data::ElementRange range = document_range(source, where, split);
+  if (range.size() <= 0) {
+    table_.fail(where.spec->key,
+                "the " + name + " split of " + source.prefix + " has no documents (" +
+                    document_share(source, where, options_.blends.split, range) +
+                    ") but the blend asks for samples of it; give the split a larger share or "
+                    "use more data");
+  }
   data::GptDatasetIdentity identity;
-  identity.dataset_path = options_.prefix;
+  identity.dataset_path = source.prefix;
   identity.split = split;
-  identity.split_string = options_.split;
-  identity.split_matrix = options_.split_matrix;
+  if (!where.per_split_blend) {
+    identity.split_string = options_.blends.split;
+    identity.split_matrix = where.matrix;
+  }
   identity.tokenizer = tokenizer_identity(options_);
   const std::filesystem::path cache_dir = options_.data_cache_path
                                               ? std::filesystem::path(*options_.data_cache_path)
-                                              : data::default_bert_cache_dir(options_.prefix);
+                                              : data::default_bert_cache_dir(source.prefix);
   bool built = false;
-  data::IndexArray mapping;
+  MaskedDataset masked{&source, {}};
   try {
-    mapping = data::load_or_build_bert_sample_mapping(cache_dir, identity, options_.sample,
-                                                      num_samples, document_indices_, range.begin,
-                                                      range.end, sentence_lengths_, &built);
+    masked.mapping = data::load_or_build_bert_sample_mapping(
+        cache_dir, identity, options_.sample, num_samples, source.document_indices, range.begin,
+        range.end, source.sentence_lengths, &built);
   } catch (const ConfigError&) {
     throw;
   } catch (const Error& e) {
-    throw Error("the " + name + " split of " + options_.prefix + ": " + e.what());
+    throw Error("the " + name + " split of " + source.prefix + ": " + e.what());
   }
   if (parallel_.world_rank() == 0 || built) {
     log_.log(parallel_.world_rank() == 0 ? spdlog::level::info : spdlog::level::warn,
              "data: {} split of {}: {} the sample index {} ({} samples from documents [{}, {}))",
-             name, options_.prefix, built ? "built" : "loaded",
-             (built ? "into " : "from ") + cache_dir.string(), mapping.rows(), range.begin,
+             name, source.prefix, built ? "built" : "loaded",
+             (built ? "into " : "from ") + cache_dir.string(), masked.mapping.rows(), range.begin,
              range.end);
   }
-  return mapping;
+  return masked;
 }
 
 std::int64_t BertDataset::size(data::Split split) const {
-  return sizes_[slot(split)];
+  return splits_[slot(split)].size;
 }
 
 void BertDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {
-  if (index < 0 || index >= sizes_[slot(split)]) {
-    throw Error("sample " + std::to_string(index) + " of the " +
-                std::string(data::split_name(split)) + " split does not exist: it has " +
-                std::to_string(sizes_[slot(split)]) + " samples");
+  const SplitDataset& dataset = splits_[slot(split)];
+  if (index < 0 || index >= dataset.size) {
+    throw Error("sample " + std::to_string(index) + " of the " + split_text(split) +
+                " split does not exist: it has " + std::to_string(dataset.size) + " samples");
   }
-  const data::BertSample s =
-      data::make_bert_sample(*data_, mappings_[slot(split)], index, options_.sample, vocabulary_);
+  // A blended sample is its constituent's sample, seeded by its index there, as BlendedDataset
+  // hands Megatron's __getitem__ the dataset_sample_index.
+  const MaskedDataset* masked = &dataset.constituents[0];
+  std::int64_t item = index;
+  if (dataset.blend) {
+    const auto at = static_cast<std::size_t>(index);
+    masked = &dataset.constituents[static_cast<std::size_t>(dataset.blend->dataset_index[at])];
+    item = dataset.blend->dataset_sample_index[at];
+  }
+  const data::BertSample s = data::make_bert_sample(masked->source->data, masked->mapping, item,
+                                                    options_.sample, vocabulary_);
   auto copy = [](const std::vector<std::int64_t>& from, auto to) {
     for (std::size_t i = 0; i < from.size(); ++i)
       to[i] = static_cast<typename decltype(to)::value_type>(from[i]);

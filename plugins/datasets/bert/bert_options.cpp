@@ -1,11 +1,10 @@
-// The `bert` dataset's [data] keys and reading them into BertDataOptions.
+// The `bert` dataset's [data] keys (the blend keys are the core's, as for gpt) and reading them
+// into BertDataOptions.
 #include "bert_options.h"
 
 #include <filesystem>
 
 #include "megatron/config/value.h"
-#include "megatron/data/indexed_dataset.h"
-#include "megatron/error.h"
 
 namespace megatron::bert_data {
 
@@ -17,18 +16,18 @@ std::string absolute(const std::string& path) {
 
 void declare_bert_data_config(config::TableSchema& s) {
   using config::Range;
-  s.optional_weighted_path_list("data_path",
-                                "the sentence-level dataset prefix (P.idx/P.bin from `preprocess "
-                                "--split-sentences`): [\"P\"]")
-      .string("split", std::string(data::kDefaultSplit),
-              "train, valid, test weights over the documents, e.g. \"949,50,1\"")
-      .add({"seq_length",
-            config::ValueKind::integer,
-            config::Presence::required,
-            std::int64_t{0},
-            Range::at_least(5),
-            {},
-            "tokens per sample, [CLS] and [SEP]s included"})
+  data::declare_blend_keys(
+      s, {"sentence-level dataset prefixes (P.idx/P.bin from `preprocess --split-sentences`) "
+          "split by `split`: [\"P\"] or [weight, \"P\", weight, \"Q\", ...]; weights may also "
+          "be numbers in strings, as on Megatron's command line",
+          "train, valid, test weights over each dataset's documents, e.g. \"949,50,1\""});
+  s.add({"seq_length",
+         config::ValueKind::integer,
+         config::Presence::required,
+         std::int64_t{0},
+         Range::at_least(5),
+         {},
+         "tokens per sample, [CLS] and [SEP]s included"})
       .string("tokenizer_type", "BertWordPieceLowerCase", "Megatron's --tokenizer-type",
               {"BertWordPieceLowerCase", "BertWordPieceCase"})
       .optional_path("vocab_file", "WordPiece vocabulary, one token per line")
@@ -36,7 +35,7 @@ void declare_bert_data_config(config::TableSchema& s) {
                Range::at_least(0))
       .optional_path("data_cache_path",
                      "folder for the sample index cache (default: <prefix>/cache/"
-                     "BERTMaskedWordPieceDataset_indices)")
+                     "BERTMaskedWordPieceDataset_indices for each dataset)")
       .real("mask_prob", 0.15, "share of tokens masked", Range::between(0, 1))
       .real("short_seq_prob", 0.1, "share of samples with a shorter target length",
             Range::between(0, 1))
@@ -44,37 +43,19 @@ void declare_bert_data_config(config::TableSchema& s) {
                "sentence-order pairs (two segments, swapped half the time); false is Megatron's "
                "--bert-no-binary-head")
       .boolean("mmap_bin_files", true,
-               "accepted for Megatron compatibility; .bin files are always memory-mapped");
+               "accepted for Megatron compatibility; .bin files are always memory-mapped")
+      .real("mid_level_dataset_surplus", data::kDefaultMidLevelSurplus,
+            "extra share each blended dataset is built with so the blend never runs out",
+            Range::at_least(0));
   s.rule([](const config::ConfigTable& t) {
-    if (!t.has("data_path")) t.fail("data_path", "required key is missing");
     if (!t.has("vocab_file")) t.fail("vocab_file", "required key is missing: WordPiece needs it");
-    try {
-      data::parse_split(t.string("split"));
-    } catch (const Error& e) {
-      t.fail("split", e.what());
-    }
   });
 }
 
 BertDataOptions read_bert_data_options(const config::ConfigTable& t,
                                        const config::CoreConfig& core) {
   BertDataOptions o;
-  const config::WeightedPaths paths = config::split_weighted_paths(t.string_list("data_path"));
-  if (paths.paths.size() != 1 || !paths.weights.empty()) {
-    t.fail("data_path",
-           "the bert dataset reads one sentence-level dataset: [\"P\"] (blends are not "
-           "supported for it yet)");
-  }
-  o.prefix = absolute(paths.paths[0]);
-  for (const auto& file : {idx_path(o.prefix), bin_path(o.prefix)}) {
-    if (!std::filesystem::is_regular_file(file)) {
-      t.fail("data_path", "dataset file " + file.string() +
-                              " does not exist (a path here is a prefix P naming P.idx and P.bin, "
-                              "as `megatron-app preprocess --split-sentences` writes them)");
-    }
-  }
-  o.split = t.string("split");
-  o.split_matrix = data::split_matrix(data::parse_split(o.split));
+  o.blends = data::read_blend_config(t, "megatron-app preprocess --split-sentences");
   o.tokenizer_type = t.string("tokenizer_type");
   o.tokenizer_files.vocab_file = absolute(t.string("vocab_file"));
   o.tokenizer_files.vocab_extra_ids = t.integer("vocab_extra_ids");

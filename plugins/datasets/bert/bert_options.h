@@ -8,6 +8,8 @@
 #include "megatron/config/core_config.h"
 #include "megatron/config/schema.h"
 #include "megatron/config/table.h"
+#include "megatron/data/blend.h"
+#include "megatron/data/blend_config.h"
 #include "megatron/data/masked_samples.h"
 #include "megatron/data/split.h"
 #include "megatron/tokenizer/tokenizer.h"
@@ -15,12 +17,12 @@
 namespace megatron::bert_data {
 
 struct BertDataOptions {
-  std::string prefix;  // the sentence-level dataset (P.idx / P.bin), absolute
-  std::string split;
-  data::SplitMatrix split_matrix{};
+  // Sentence-level datasets (P.idx / P.bin): data_path with `split`, or train/valid/test_data_path.
+  data::BlendConfig blends;
   std::string tokenizer_type;
   TokenizerFiles tokenizer_files;
   std::optional<std::string> data_cache_path;
+  double mid_level_dataset_surplus = data::kDefaultMidLevelSurplus;
   data::BertSampleOptions sample;  // sequence length, binary head, seed, masking
 };
 

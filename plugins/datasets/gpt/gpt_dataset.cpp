@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "megatron/data/rank_zero_first.h"
+#include "megatron/data/split_builder.h"
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
 
@@ -50,31 +51,21 @@ GptDataset::GptDataset(PluginContext& context)
   } catch (const UsageError& e) {
     table_.fail("tokenizer_type", e.what());
   }
-  std::vector<const BlendSpec*> specs;
-  if (options_.blend) specs.push_back(&*options_.blend);
-  for (const auto& spec : options_.blend_per_split) {
-    if (spec) specs.push_back(&*spec);
-  }
-  for (const BlendSpec* spec : specs) {
-    for (const std::string& prefix : spec->prefixes) {
-      const bool opened = std::any_of(low_level_.begin(), low_level_.end(),
-                                      [&](const auto& d) { return d->prefix == prefix; });
-      if (opened) continue;
-      auto dataset =
-          std::make_unique<LowLevelDataset>(LowLevelDataset{prefix, IndexedDataset(prefix), {}});
-      // GPTDataset reads every sequence as a document; sentence-level files (several sequences
-      // per document) are BERT's and T5's input and would lose their document boundaries here.
-      if (dataset->data.size() > dataset->data.document_count()) {
-        table_.fail(spec->key, "dataset " + prefix + " holds " +
-                                   std::to_string(dataset->data.size()) + " sequences in " +
-                                   std::to_string(dataset->data.document_count()) +
-                                   " documents: sentence-level data (preprocess "
-                                   "--split-sentences) is for the bert dataset; GPT needs one "
-                                   "sequence per document (preprocess without --split-sentences)");
-      }
-      dataset->sequence_lengths = dataset->data.sequence_lengths();
-      low_level_.push_back(std::move(dataset));
+  for (const data::PrefixUse& use : data::distinct_prefixes(options_.blends)) {
+    auto dataset = std::make_unique<LowLevelDataset>(
+        LowLevelDataset{use.prefix, IndexedDataset(use.prefix), {}});
+    // GPTDataset reads every sequence as a document; sentence-level files (several sequences
+    // per document) are BERT's and T5's input and would lose their document boundaries here.
+    if (dataset->data.size() > dataset->data.document_count()) {
+      table_.fail(use.key, "dataset " + use.prefix + " holds " +
+                               std::to_string(dataset->data.size()) + " sequences in " +
+                               std::to_string(dataset->data.document_count()) +
+                               " documents: sentence-level data (preprocess "
+                               "--split-sentences) is for the bert dataset; GPT needs one "
+                               "sequence per document (preprocess without --split-sentences)");
     }
+    dataset->sequence_lengths = dataset->data.sequence_lengths();
+    low_level_.push_back(std::move(dataset));
   }
 }
 
@@ -103,77 +94,22 @@ void GptDataset::build_here(const std::array<std::int64_t, 3>& num_samples) {
 }
 
 SplitDataset GptDataset::build_split(data::Split split, std::int64_t num_samples) const {
-  const bool talk = parallel_.world_rank() == 0;
-  const BlendSpec* spec = nullptr;
-  data::SplitMatrix matrix{};
-  bool per_split_blend = false;
-  if (options_.blend) {
-    spec = &*options_.blend;
-    matrix = options_.split_matrix;
-  } else {
-    spec =
-        options_.blend_per_split[slot(split)] ? &*options_.blend_per_split[slot(split)] : nullptr;
-    matrix[slot(split)] = data::SplitBookends{0.0, 1.0};
-    per_split_blend = true;
-  }
-  // Megatron builds no dataset for a split without data; the loop sees an empty split and skips
-  // that evaluation. Training cannot do without its split.
-  if (!spec || !matrix[slot(split)]) {
-    const std::string reason = spec ? "zero weight in split \"" + options_.split.value_or("") + "\""
-                                    : "no " + per_split_key(split);
-    if (split == data::Split::kTrain) {
-      table_.fail(spec ? "split" : per_split_key(split),
-                  "the train split has no data (" + reason + ") but the schedule trains on " +
-                      std::to_string(num_samples) + " samples");
-    }
-    if (talk) {
-      log_.warn(
-          "data: the {} split has no data ({}) but the schedule asks for {} samples; it is "
-          "left empty",
-          split_text(split), reason, num_samples);
-    }
+  Logger* talk = parallel_.world_rank() == 0 ? &log_ : nullptr;
+  const data::SplitSource source = data::split_source(options_.blends, split);
+  if (!data::check_split_has_data(table_, options_.blends, source, split, num_samples, talk)) {
     return {};
   }
-
   SplitDataset out;
-  const bool has_weights = !spec->weights.empty();
-  if (!data::needs_blend_layer(spec->prefixes.size(), has_weights, per_split_blend)) {
-    out.constituents.push_back(build_mid_level(low_level(spec->prefixes[0]), *spec, split, matrix,
-                                               per_split_blend, num_samples));
-    out.size = out.constituents[0].indices.size();
-  } else {
-    data::BlendRequest request;
-    if (has_weights) request.weights = spec->weights;
-    request.size = num_samples;
-    request.surplus = options_.mid_level_dataset_surplus;
-    const auto plan = data::plan_constituent_samples(request, spec->prefixes.size());
-    std::vector<std::int64_t> lengths;
-    for (std::size_t d = 0; d < spec->prefixes.size(); ++d) {
-      out.constituents.push_back(build_mid_level(low_level(spec->prefixes[d]), *spec, split, matrix,
-                                                 per_split_blend, plan[d]));
-      lengths.push_back(out.constituents.back().indices.size());
-    }
-    data::Blend blend;
-    try {
-      blend = data::build_blend(request, lengths);
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const Error& e) {
-      table_.fail(spec->key, "blending the " + split_text(split) + " split: " + e.what());
-    }
-    out.size = static_cast<std::int64_t>(blend.indices.dataset_index.size());
-    out.blend = std::move(blend.indices);
-    if (talk) {
-      log_.info("data: {} split: a blend of {} datasets, {} samples", split_text(split),
-                spec->prefixes.size(), out.size);
-    }
-  }
-  if (out.size < num_samples) {
-    table_.fail(spec->key, "the " + split_text(split) + " split has " + std::to_string(out.size) +
-                               " samples but the schedule needs " + std::to_string(num_samples) +
-                               "; a blend without weights uses each dataset once: give weights "
-                               "to repeat them as needed");
-  }
+  data::SplitBlend blend = data::build_split_blend(
+      table_, source, split, num_samples, options_.mid_level_dataset_surplus, talk,
+      [&](std::size_t d, std::optional<std::int64_t> samples) {
+        out.constituents.push_back(build_mid_level(low_level(source.spec->prefixes[d]),
+                                                   *source.spec, split, source.matrix,
+                                                   source.per_split_blend, samples));
+        return out.constituents.back().indices.size();
+      });
+  out.blend = std::move(blend.blend);
+  out.size = blend.size;
   return out;
 }
 
@@ -186,7 +122,7 @@ MidLevelDataset GptDataset::build_mid_level(const LowLevelDataset& source, const
   if (range.size() <= 0) {
     const std::string share =
         per_split_blend ? std::string("the dataset has no sequences")
-                        : "split \"" + *options_.split + "\" gives it sequences [" +
+                        : "split \"" + *options_.blends.split + "\" gives it sequences [" +
                               std::to_string(range.begin) + ", " + std::to_string(range.end) +
                               ") of " + std::to_string(elements);
     table_.fail(spec.key, "the " + split_text(split) + " split of " + source.prefix +
@@ -201,7 +137,7 @@ MidLevelDataset GptDataset::build_mid_level(const LowLevelDataset& source, const
   identity.dataset_path = source.prefix;
   identity.split = split;
   if (!per_split_blend) {
-    identity.split_string = options_.split;
+    identity.split_string = options_.blends.split;
     identity.split_matrix = matrix;
   }
   identity.tokenizer = tokenizer_identity(options_);

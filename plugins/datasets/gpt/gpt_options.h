@@ -11,23 +11,16 @@
 #include "megatron/config/core_config.h"
 #include "megatron/config/schema.h"
 #include "megatron/config/table.h"
+#include "megatron/data/blend_config.h"
 #include "megatron/data/split.h"
 #include "megatron/tokenizer/tokenizer.h"
 
 namespace megatron::gpt_data {
 
-// One blend as configured: dataset path prefixes and their weights (empty: none given).
-struct BlendSpec {
-  std::string key;  // the config key it came from, for messages
-  std::vector<std::string> prefixes;
-  std::vector<double> weights;
-};
+using data::BlendSpec;
 
 struct GptDataOptions {
-  std::optional<BlendSpec> blend;                           // data_path
-  std::array<std::optional<BlendSpec>, 3> blend_per_split;  // train/valid/test_data_path
-  std::optional<std::string> split;                         // nullopt with per-split blends
-  data::SplitMatrix split_matrix{};                         // from `split`
+  data::BlendConfig blends;  // data_path with `split`, or train/valid/test_data_path
   std::int64_t seq_length = 0;
   std::string tokenizer_type;
   TokenizerFiles tokenizer_files;
@@ -46,8 +39,5 @@ void declare_gpt_data_config(config::TableSchema& schema);
 // .idx or .bin file is missing or the tokenizer lacks a file it needs.
 GptDataOptions read_gpt_data_options(const config::ConfigTable& table,
                                      const config::CoreConfig& core);
-
-// The config key of a split's own blend: "train_data_path", "valid_data_path", "test_data_path".
-std::string per_split_key(data::Split split);
 
 }  // namespace megatron::gpt_data
