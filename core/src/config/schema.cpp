@@ -1,6 +1,7 @@
 // Builders for table schemas: each adds one declared key.
 #include "megatron/config/schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -49,6 +50,81 @@ const KeySpec* TableSchema::find(std::string_view name) const {
     if (k.name == name) return &k;
   }
   return nullptr;
+}
+
+namespace {
+
+// Whether `value` holds what a key of `kind` holds.
+bool holds_kind(const ConfigValue& value, ValueKind kind) {
+  switch (kind) {
+    case ValueKind::boolean:
+      return std::holds_alternative<bool>(value);
+    case ValueKind::integer:
+      return std::holds_alternative<std::int64_t>(value);
+    case ValueKind::real:
+      return std::holds_alternative<double>(value);
+    case ValueKind::string:
+    case ValueKind::path:
+      return std::holds_alternative<std::string>(value);
+    case ValueKind::integer_list:
+      return std::holds_alternative<std::vector<std::int64_t>>(value);
+    case ValueKind::real_list:
+      return std::holds_alternative<std::vector<double>>(value);
+    case ValueKind::string_list:
+    case ValueKind::path_list:
+    case ValueKind::weighted_path_list:
+      return std::holds_alternative<std::vector<std::string>>(value);
+  }
+  return false;
+}
+
+bool is_choice(const KeySpec& key, const ConfigValue& value) {
+  if (key.choices.empty()) return true;
+  const auto* text = std::get_if<std::string>(&value);
+  return text && std::find(key.choices.begin(), key.choices.end(), *text) != key.choices.end();
+}
+
+}  // namespace
+
+KeySpec& TableSchema::declared(std::string_view name, const char* what) {
+  for (auto& k : keys_) {
+    if (k.name == name) return k;
+  }
+  throw Error(std::string(what) + ": the schema of [" + table_name_ + "] declares no key '" +
+              std::string(name) + "'");
+}
+
+TableSchema& TableSchema::set_default(std::string_view name, ConfigValue value) {
+  KeySpec& key = declared(name, "set_default");
+  if (!holds_kind(value, key.kind)) {
+    throw Error("set_default: key '" + key.name + "' of [" + table_name_ + "] holds " +
+                describe_kind(key.kind) + "; the new default is not one");
+  }
+  if (!is_choice(key, value)) {
+    throw Error("set_default: the new default of '" + key.name + "' in [" + table_name_ +
+                "] is not one of its choices");
+  }
+  key.presence = Presence::defaulted;
+  key.default_value = std::move(value);
+  return *this;
+}
+
+TableSchema& TableSchema::restrict_choices(std::string_view name, std::vector<std::string> choices,
+                                           std::string doc) {
+  KeySpec& key = declared(name, "restrict_choices");
+  if (key.kind != ValueKind::string) {
+    throw Error("restrict_choices: key '" + key.name + "' of [" + table_name_ +
+                "] is not a string key");
+  }
+  KeySpec narrowed = key;
+  narrowed.choices = std::move(choices);
+  if (key.presence == Presence::defaulted && !is_choice(narrowed, key.default_value)) {
+    throw Error("restrict_choices: the default of '" + key.name + "' in [" + table_name_ +
+                "] is not among the new choices");
+  }
+  if (!doc.empty()) narrowed.doc = std::move(doc);
+  key = std::move(narrowed);
+  return *this;
 }
 
 TableSchema& TableSchema::boolean(std::string name, bool fallback, std::string doc) {

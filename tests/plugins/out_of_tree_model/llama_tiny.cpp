@@ -22,42 +22,23 @@ namespace acme::llama_tiny {
 
 namespace mt = megatron;
 namespace nn = megatron::nn;
-using megatron::config::ConfigValue;
-using megatron::config::KeySpec;
-using megatron::config::Presence;
 using megatron::config::TableSchema;
 
 // ---- [model] schema ---------------------------------------------------------------------------
 
 // The shared keys (names, ranges, consistency rules) with LLaMA's defaults in place of GPT's.
-// The schema cannot change a declared key, so the shared keys are declared into a scratch schema
-// and copied over with new defaults.
 void declare_config(TableSchema& schema) {
-  TableSchema shared(schema.table_name());
-  nn::declare_model_config(shared);
-  for (KeySpec key : shared.keys()) {
-    auto set_default = [&](ConfigValue value) {
-      key.presence = Presence::defaulted;
-      key.default_value = std::move(value);
-    };
-    if (key.name == "normalization") {
-      set_default(std::string("RMSNorm"));
-    } else if (key.name == "swiglu" || key.name == "disable_bias_linear" ||
-               key.name == "untie_embeddings_and_output_weights") {
-      set_default(true);
-    } else if (key.name == "position_embedding_type") {
-      set_default(std::string("rope"));
-      key.choices = {"rope"};  // LLaMA has no learned position table
-      key.doc = "position encoding (rotary only)";
-    } else if (key.name == "num_query_groups") {
-      set_default(std::int64_t{2});  // grouped-query attention: 2 key/value groups for 4 heads
-    } else if (key.name == "hidden_dropout" || key.name == "attention_dropout") {
-      set_default(0.0);
-    }
-    schema.add(std::move(key));
-  }
-  for (const auto& rule : shared.rules())
-    schema.rule(rule);
+  nn::declare_model_config(schema);
+  schema.set_default("normalization", std::string("RMSNorm"))
+      .set_default("swiglu", true)
+      .set_default("disable_bias_linear", true)
+      .set_default("untie_embeddings_and_output_weights", true)
+      .set_default("num_query_groups", std::int64_t{2})  // grouped-query attention: 2 kv groups
+      .set_default("hidden_dropout", 0.0)
+      .set_default("attention_dropout", 0.0)
+      .set_default("position_embedding_type", std::string("rope"))
+      .restrict_choices("position_embedding_type", {"rope"},  // no learned position table
+                        "position encoding (rotary only)");
 }
 
 // ---- the model --------------------------------------------------------------------------------

@@ -163,5 +163,32 @@ TEST(Config, PluginTableIsValidatedWithThePluginSchema) {
   expect_contains(c.to_toml(), {"[task]", "type = \"demo\"", "repeat = 3", "greeting = \"hi\""});
 }
 
+// A plugin reusing declared keys with its own defaults and narrower choices (as an out-of-tree
+// model does with the shared [model] keys).
+TEST(Config, DeclaredKeysTakeNewDefaultsAndNarrowerChoices) {
+  config::TableSchema keys("task");
+  keys.integer("repeat", 1, "times", config::Range::at_least(1))
+      .string("mode", "fast", "how", {"fast", "slow", "exact"})
+      .optional_string("label", "a label");
+  keys.set_default("repeat", std::int64_t{4})
+      .set_default("label", std::string("none"))
+      .set_default("mode", std::string("slow"))
+      .restrict_choices("mode", {"slow", "exact"}, "how (no fast mode here)");
+  auto c = parse_config("[task]\ntype = \"demo\"\n");
+  const auto& t = c.validate_plugin_table(config::plugin_table_schema("task", "demo", keys));
+  EXPECT_EQ(t.integer("repeat"), 4);
+  EXPECT_EQ(t.string("label"), "none");
+  EXPECT_EQ(t.string("mode"), "slow");
+  auto fast = parse_config("[task]\ntype = \"demo\"\nmode = \"fast\"\n");
+  EXPECT_THROW(fast.validate_plugin_table(config::plugin_table_schema("task", "demo", keys)),
+               ConfigError);
+
+  EXPECT_THROW(keys.set_default("missing", std::int64_t{1}), Error);
+  EXPECT_THROW(keys.set_default("repeat", std::string("four")), Error);  // not an integer
+  EXPECT_THROW(keys.set_default("mode", std::string("fast")), Error);    // no longer a choice
+  EXPECT_THROW(keys.restrict_choices("mode", {"exact"}), Error);         // default "slow" left out
+  EXPECT_THROW(keys.restrict_choices("repeat", {"1"}), Error);           // not a string key
+}
+
 }  // namespace
 }  // namespace megatron

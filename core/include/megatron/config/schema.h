@@ -83,7 +83,18 @@ class TableSchema {
   const std::vector<TableRule>& rules() const { return rules_; }
   const KeySpec* find(std::string_view name) const;
 
+  // For a plugin reusing keys declared by someone else (a model taking the shared [model] keys of
+  // nn::declare_model_config with its own defaults): gives declared key `name` a new default,
+  // making it defaulted. Throws Error when the key is not declared or `value` is not of its kind
+  // (or, for a key with choices, not one of them).
+  TableSchema& set_default(std::string_view name, ConfigValue value);
+  // Narrows a declared string key to `choices` (which must include its default), with new
+  // documentation when `doc` is not empty. Throws Error like set_default.
+  TableSchema& restrict_choices(std::string_view name, std::vector<std::string> choices,
+                                std::string doc = {});
+
  private:
+  KeySpec& declared(std::string_view name, const char* what);
   std::string table_name_;
   std::string doc_;
   std::vector<KeySpec> keys_;
