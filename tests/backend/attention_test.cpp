@@ -166,21 +166,7 @@ TEST_P(AttentionTest, DeterministicAcrossRunsAndThreadCounts) {
     SCOPED_TRACE(c.name());
     const Inputs in = make_inputs(c, DType::f32, 60);
     const AttentionParams p = c.params();
-    std::optional<Outputs> first;
-    for (int threads : {2, 2, 1, 2}) {
-      ScopedThreads scoped(threads);
-      const Outputs o = run(c, p, in.q, in.k, in.v, in.dout);
-      if (!first) {
-        first = o;
-        continue;
-      }
-      SCOPED_TRACE(std::to_string(threads) + " threads");
-      EXPECT_TRUE(bitwise_equal(o.out, first->out));
-      EXPECT_TRUE(bitwise_equal(o.lse, first->lse));
-      EXPECT_TRUE(bitwise_equal(o.dq, first->dq));
-      EXPECT_TRUE(bitwise_equal(o.dk, first->dk));
-      EXPECT_TRUE(bitwise_equal(o.dv, first->dv));
-    }
+    expect_same_bits_for_any_thread_count(c, p, in);
   }
 }
 

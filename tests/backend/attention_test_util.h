@@ -193,6 +193,26 @@ class AttentionTest : public BackendTest {
     o.dq = download(dq), o.dk = download(dk), o.dv = download(dv);
     return o;
   }
+
+  // Forward and backward run with 2, 2, 1 and 2 threads give the bits of the first run.
+  void expect_same_bits_for_any_thread_count(const Config& c, const AttentionParams& p,
+                                             const Inputs& in) {
+    std::optional<Outputs> first;
+    for (int threads : {2, 2, 1, 2}) {
+      ScopedThreads scoped(threads);
+      const Outputs o = run(c, p, in.q, in.k, in.v, in.dout);
+      if (!first) {
+        first = o;
+        continue;
+      }
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      EXPECT_TRUE(bitwise_equal(o.out, first->out));
+      EXPECT_TRUE(bitwise_equal(o.lse, first->lse));
+      EXPECT_TRUE(bitwise_equal(o.dq, first->dq));
+      EXPECT_TRUE(bitwise_equal(o.dk, first->dk));
+      EXPECT_TRUE(bitwise_equal(o.dv, first->dv));
+    }
+  }
 };
 
 inline Tensor as_tensor(const std::vector<double>& values, const Shape& shape) {

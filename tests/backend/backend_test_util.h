@@ -16,7 +16,9 @@
 
 namespace megatron::testing {
 
-inline Backend& host() { return backend_for(Device::cpu()); }
+inline Backend& host() {
+  return backend_for(Device::cpu());
+}
 
 // Uniform random host tensor in [low, high), reproducible from the seed.
 inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, float low = -1.0f,
@@ -51,8 +53,8 @@ inline Tolerance tolerance_for(DType dtype) {
 inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected,
                                             Tolerance tol) {
   if (actual.shape() != expected.shape()) {
-    return ::testing::AssertionFailure()
-           << "shape " << shape_str(actual.shape()) << " vs expected " << shape_str(expected.shape());
+    return ::testing::AssertionFailure() << "shape " << shape_str(actual.shape()) << " vs expected "
+                                         << shape_str(expected.shape());
   }
   const auto a = actual.to_vector<double>();
   const auto e = expected.to_vector<double>();
@@ -103,8 +105,7 @@ class ScopedThreads {
 inline ::testing::AssertionResult gradient_matches(const std::function<double()>& loss,
                                                    Tensor& input, const Tensor& analytic,
                                                    double tolerance = 1e-6,
-                                                   std::int64_t max_checks = 64,
-                                                   double h = 1e-6) {
+                                                   std::int64_t max_checks = 64, double h = 1e-6) {
   if (input.dtype() != DType::f64 || !input.is_contiguous() || !input.device().is_cpu()) {
     return ::testing::AssertionFailure() << "gradient_matches needs a contiguous f64 host input";
   }
@@ -135,7 +136,8 @@ inline double weighted_sum(const Tensor& t, const Tensor& weights) {
   const auto a = t.to_vector<double>();
   const auto w = weights.to_vector<double>();
   double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * w[i];
+  for (std::size_t i = 0; i < a.size(); ++i)
+    s += a[i] * w[i];
   return s;
 }
 
@@ -156,7 +158,9 @@ class BackendTest : public ::testing::TestWithParam<std::string> {
     be().copy(host_tensor, t);
     return t;
   }
-  Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, device()); }
+  Tensor empty(const Shape& shape, DType dtype) const {
+    return Tensor::empty(shape, dtype, device());
+  }
   // Backend tensor -> host copy.
   Tensor download(const Tensor& t) const {
     Tensor h = Tensor::empty(t.shape(), t.dtype());
@@ -166,10 +170,9 @@ class BackendTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
-#define MEGATRON_INSTANTIATE_BACKENDS(suite)                                          \
-  INSTANTIATE_TEST_SUITE_P(Backends, suite, ::testing::Values("cpu", "cuda"),         \
-                           [](const ::testing::TestParamInfo<std::string>& param) {  \
-                             return param.param;                                      \
-                           })
+#define MEGATRON_INSTANTIATE_BACKENDS(suite)             \
+  INSTANTIATE_TEST_SUITE_P(                              \
+      Backends, suite, ::testing::Values("cpu", "cuda"), \
+      [](const ::testing::TestParamInfo<std::string>& param) { return param.param; })
 
 }  // namespace megatron::testing

@@ -208,20 +208,6 @@ std::vector<double> normalized(const std::vector<double>& weights) {
   return out;
 }
 
-void expect_mentions(const std::string& text, std::initializer_list<std::string> parts) {
-  for (const auto& p : parts)
-    EXPECT_NE(text.find(p), std::string::npos) << "message:\n  " << text << "\nlacks: " << p;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 class BertBlendTest : public DatasetPluginTest {
  protected:
   BertBlendTest() : DatasetPluginTest("bert") {}

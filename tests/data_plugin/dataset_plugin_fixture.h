@@ -2,6 +2,8 @@
 // as the host creates it, with its log captured; shared by the dataset plugin tests.
 #pragma once
 
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -16,6 +18,7 @@
 #include "megatron/batch.h"
 #include "megatron/config/config.h"
 #include "megatron/dataset.h"
+#include "megatron/error.h"
 #include "megatron/parallel/mpi_runtime.h"
 #include "megatron/parallel/parallel_state.h"
 #include "megatron/plugin/catalog.h"
@@ -74,6 +77,22 @@ std::vector<T> field_values(const Batch& batch, const std::string& name, std::in
   const Tensor& t = batch[name];
   EXPECT_EQ(t.shape(), (length > 0 ? Shape{1, length} : Shape{1})) << name;
   return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
+}
+
+// Expects every one of `parts` in an error message.
+inline void expect_mentions(const std::string& text, std::initializer_list<std::string> parts) {
+  for (const auto& p : parts)
+    EXPECT_NE(text.find(p), std::string::npos) << "message:\n  " << text << "\nlacks: " << p;
+}
+
+// The message of the megatron::Error `action` throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace megatron::test

@@ -58,20 +58,6 @@ void expect_sample(const Sample& got, const std::vector<std::int64_t>& text, std
   }
 }
 
-void expect_mentions(const std::string& text, std::initializer_list<std::string> parts) {
-  for (const auto& p : parts)
-    EXPECT_NE(text.find(p), std::string::npos) << "message:\n  " << text << "\nlacks: " << p;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST_F(GptPluginTest, SamplesArePiecesOfMegatronsIndicesShiftedByOne) {
   const std::string prefix = write_dataset(dir_.prefix("corpus"), 40, 5, 70, 100, 1);
   auto dataset = create("[training]\nseed = 77\n" +
