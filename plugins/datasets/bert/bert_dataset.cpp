@@ -17,18 +17,6 @@ std::size_t slot(data::Split split) {
   return static_cast<std::size_t>(split);
 }
 
-// Megatron's _BertWordPieceTokenizer identity: its class, vocab file, and options in its order,
-// each stored as Python's str() of the value (MegatronTokenizer.__init__), so "True" and "0".
-data::TokenizerIdentity tokenizer_identity(const BertDataOptions& o) {
-  data::TokenizerIdentity identity;
-  identity.class_name = "_BertWordPieceTokenizer";
-  identity.paths = {o.tokenizer_files.vocab_file};
-  const bool lower = o.tokenizer_type == "BertWordPieceLowerCase";
-  identity.options = {{"lower_case", lower ? "True" : "False"},
-                      {"vocab_extra_ids", std::to_string(o.tokenizer_files.vocab_extra_ids)}};
-  return identity;
-}
-
 std::string split_text(data::Split split) {
   return std::string(data::split_name(split));
 }
@@ -188,7 +176,9 @@ MaskedDataset BertDataset::build_masked(const SentenceDataset& source,
     identity.split_string = options_.blends.split;
     identity.split_matrix = where.matrix;
   }
-  identity.tokenizer = tokenizer_identity(options_);
+  identity.tokenizer = data::wordpiece_tokenizer_identity(
+      options_.tokenizer_type == "BertWordPieceLowerCase", options_.tokenizer_files.vocab_file,
+      options_.tokenizer_files.vocab_extra_ids);
   const std::filesystem::path cache_dir = options_.data_cache_path
                                               ? std::filesystem::path(*options_.data_cache_path)
                                               : data::default_bert_cache_dir(source.prefix);
