@@ -2,9 +2,11 @@
 // sentence-level dataset, the encoder (tokens with one sentinel per masked span) and the decoder
 // labels (each sentinel followed by its span, then [EOS]) rebuild the row's truncated tokens
 // exactly, with sentinels in order, whole-word spans of at most 10 words, Megatron's masking
-// budget, padding and masks; samples are deterministic; the cache keeps Megatron's names; bad
-// keys and samples that do not fit are refused with messages naming what is wrong.
+// budget, padding and masks; samples are deterministic; the cache keeps Megatron's names; a
+// weighted blend serves its constituents' samples; bad keys and samples that do not fit are
+// refused with messages naming what is wrong.
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -54,14 +56,21 @@ std::string write_sentences(const std::string& prefix, int documents, unsigned s
 }
 
 // A [data] table of the t5 dataset over `prefix` (all documents in train) plus `extra` keys.
-std::string t5_table(const std::string& prefix, const std::string& extra = "",
-                     const std::string& lengths =
-                         "encoder_seq_length = 64\ndecoder_seq_length = "
-                         "32") {
-  return "[data]\ntype = \"t5\"\ndata_path = [" + quoted(prefix) + "]\nsplit = \"100,0,0\"\n" +
-         lengths +
+constexpr const char* kLengths = "encoder_seq_length = 64\ndecoder_seq_length = 32";
+
+// A [data] table of the t5 dataset with `data_path` (a TOML list), all documents in train, plus
+// `extra` keys (default: 100 sentinels).
+std::string t5_blend_table(const std::string& data_path, const std::string& extra = "",
+                           const std::string& lengths = kLengths) {
+  return "[data]\ntype = \"t5\"\ndata_path = " + data_path + "\nsplit = \"100,0,0\"\n" + lengths +
          "\ntokenizer_type = \"BertWordPieceLowerCase\"\nvocab_file = " + quoted(kBertVocab) +
          "\n" + (extra.empty() ? "vocab_extra_ids = 100\n" : extra + "\n");
+}
+
+// The same over the one dataset at `prefix`.
+std::string t5_table(const std::string& prefix, const std::string& extra = "",
+                     const std::string& lengths = kLengths) {
+  return t5_blend_table("[" + quoted(prefix) + "]", extra, lengths);
 }
 
 struct T5Fields {
@@ -404,6 +413,40 @@ TEST_F(T5DatasetTest, SamplesThatDoNotFitAreErrorsNamingTheSample) {
     }
   }
   expect_mentions(message, {"T5 sample", "spans", "only 1 sentinels", "vocab_extra_ids"});
+}
+
+TEST_F(T5DatasetTest, WeightedBlendServesEachConstituentsSamplesInOrder) {
+  const std::string a = write_sentences(dir_.prefix("a"), 40, 6);
+  const std::string b = write_sentences(dir_.prefix("b"), 60, 7);
+  auto blend = create(t5_blend_table("[0.3, " + quoted(a) + ", 0.7, " + quoted(b) + "]"));
+  blend->build({50, 0, 0});
+  // ceil(50 x 0.3) + ceil(50 x 0.7) = 15 + 35 samples; each constituent is built for its share
+  // plus the 0.5% surplus: ceil(15 x 1.005) = 16 and ceil(35 x 1.005) = 36.
+  ASSERT_EQ(blend->size(Split::kTrain), 50);
+  const std::array<std::int64_t, 2> requested = {16, 36};
+  std::vector<std::unique_ptr<Dataset>> alone;
+  for (std::size_t d = 0; d < 2; ++d) {
+    alone.push_back(create(t5_table(d == 0 ? a : b, "vocab_extra_ids = 100\ndata_cache_path = " +
+                                                        quoted(dir_.prefix("alone")))));
+    alone.back()->build({requested[d], 0, 0});
+  }
+  // Every blend sample is the next unused sample of one constituent (Megatron's BlendedDataset
+  // hands each constituent its own sample indices in order), 15 from a and 35 from b.
+  std::array<std::int64_t, 2> taken{};
+  for (std::int64_t t = 0; t < 50; ++t) {
+    const T5Fields got = plugin_sample(*blend, Split::kTrain, t);
+    std::size_t d = 0;
+    while (d < 2 && !(got == plugin_sample(*alone[d], Split::kTrain, taken[d])))
+      ++d;
+    ASSERT_LT(d, 2u) << "blend sample " << t << " is neither dataset's next sample";
+    ++taken[d];
+  }
+  EXPECT_EQ(taken[0], 15);
+  EXPECT_EQ(taken[1], 35);
+  // Each constituent keeps its own cache under Megatron's default folder.
+  for (const std::string& prefix : {a, b})
+    EXPECT_TRUE(fs::is_directory(fs::path(prefix) / "cache" / "T5MaskedWordPieceDataset_indices"))
+        << prefix;
 }
 
 }  // namespace
