@@ -23,14 +23,13 @@ struct Segment {
   std::size_t size() const { return end - begin; }
 };
 
-// numpy.random.RandomState(seed=(random_seed + idx) % 2**32), with Python's non-negative modulo.
-std::int64_t sample_seed(std::int64_t seed, std::int64_t sample_index) {
+}  // namespace
+
+std::int64_t masked_sample_seed(std::int64_t seed, std::int64_t sample_index) {
   constexpr std::int64_t kModulus = std::int64_t{1} << 32;
   const std::int64_t sum = seed % kModulus + sample_index % kModulus;
   return ((sum % kModulus) + kModulus) % kModulus;
 }
-
-}  // namespace
 
 SampleMappingOptions bert_sample_mapping_options(const BertSampleOptions& options,
                                                  std::optional<std::int64_t> num_samples) {
@@ -59,7 +58,7 @@ BertSample make_bert_sample(std::span<const std::vector<std::int64_t>> sentences
   if (sample_index < 0) {
     throw Error("BERT sample index " + std::to_string(sample_index) + " is negative");
   }
-  NumpyRandomState random(sample_seed(options.seed, sample_index));
+  NumpyRandomState random(masked_sample_seed(options.seed, sample_index));
 
   // Split the sentences at a pivot into A | B; with the binary head, swap them half the time.
   std::size_t pivot = sentences.size();

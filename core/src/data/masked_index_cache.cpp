@@ -1,5 +1,6 @@
-// BERTMaskedWordPieceDataset's sample index cache: Megatron's description, its file names, and a
-// loaded mapping checked against the split it claims to cover.
+// The masked datasets' sample index caches (BERTMaskedWordPieceDataset, T5MaskedWordPieceDataset):
+// Megatron's descriptions, their file names, and a loaded mapping checked against the split it
+// claims to cover.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "data/index_cache_files.h"
 #include "megatron/data/masked_samples.h"
+#include "megatron/data/t5_samples.h"
 #include "megatron/error.h"
 
 namespace megatron::data {
@@ -14,8 +16,6 @@ namespace megatron::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kBertClass = "BERTMaskedWordPieceDataset";
 
 // Every row must be a non-empty run of the split's sentences with a target build_mapping can
 // draw, and there must be at least num_samples rows.
@@ -49,39 +49,81 @@ void check_mapping(const fs::path& path, const IndexArray& mapping, IndexDtype d
 
 }  // namespace
 
-std::string bert_description(const GptDatasetIdentity& identity, const BertSampleOptions& options,
-                             std::optional<std::int64_t> num_samples) {
-  cache::Json description = cache::dataset_description(kBertClass, identity, num_samples,
-                                                       options.seed, options.sequence_length);
-  const MaskingOptions& masking = options.masking;
+TokenizerIdentity wordpiece_tokenizer_identity(bool lower_case, const std::string& vocab_file,
+                                               std::int64_t vocab_extra_ids) {
+  TokenizerIdentity identity;
+  identity.class_name = "_BertWordPieceTokenizer";
+  identity.paths = {vocab_file};
+  identity.options = {{"lower_case", lower_case ? "True" : "False"},
+                      {"vocab_extra_ids", std::to_string(vocab_extra_ids)}};
+  return identity;
+}
+
+namespace {
+
+// The description fields every MaskedWordPieceDataset shares, in Megatron's order; the subclass
+// appends its own.
+cache::Json masked_description(std::string_view class_name, const GptDatasetIdentity& identity,
+                               std::optional<std::int64_t> num_samples, std::int64_t seed,
+                               std::int64_t sequence_length, const MaskingOptions& masking,
+                               double short_sequence_probability) {
+  cache::Json description =
+      cache::dataset_description(class_name, identity, num_samples, seed, sequence_length);
   description["masking_probability"] = masking.masking_probability;
-  description["short_sequence_probability"] = options.short_sequence_probability;
+  description["short_sequence_probability"] = short_sequence_probability;
   description["masking_max_ngram"] = masking.masking_max_ngram;
   description["masking_do_full_word"] = masking.masking_do_full_word;
   description["masking_do_permutation"] = masking.masking_do_permutation;
   description["masking_use_longer_ngrams"] = masking.masking_use_longer_ngrams;
   description["masking_use_geometric_distribution"] = masking.masking_use_geometric_distribution;
+  return description;
+}
+
+}  // namespace
+
+std::string bert_description(const GptDatasetIdentity& identity, const BertSampleOptions& options,
+                             std::optional<std::int64_t> num_samples) {
+  cache::Json description = masked_description(kBertDatasetClass, identity, num_samples,
+                                               options.seed, options.sequence_length,
+                                               options.masking, options.short_sequence_probability);
   description["classification_head"] = options.classification_head;
   return cache::dump(description);
 }
 
-fs::path default_bert_cache_dir(const std::string& dataset_path) {
-  return fs::path(dataset_path) / "cache" / (std::string(kBertClass) + "_indices");
+std::string t5_description(const GptDatasetIdentity& identity, const T5SampleOptions& options,
+                           std::optional<std::int64_t> num_samples) {
+  cache::Json description = masked_description(kT5DatasetClass, identity, num_samples, options.seed,
+                                               options.encoder_length, options.masking,
+                                               options.short_sequence_probability);
+  description["sequence_length_decoder"] = options.decoder_length;
+  return cache::dump(description);
 }
 
-MaskedCacheFiles bert_cache_files(const fs::path& cache_dir, const std::string& description) {
-  const std::string base = description_md5(description) + "-" + kBertClass + "-";
+fs::path default_masked_cache_dir(const std::string& dataset_path, std::string_view class_name) {
+  return fs::path(dataset_path) / "cache" / (std::string(class_name) + "_indices");
+}
+
+fs::path default_bert_cache_dir(const std::string& dataset_path) {
+  return default_masked_cache_dir(dataset_path, kBertDatasetClass);
+}
+
+MaskedCacheFiles masked_cache_files(const fs::path& cache_dir, std::string_view class_name,
+                                    const std::string& description) {
+  const std::string base = description_md5(description) + "-" + std::string(class_name) + "-";
   return {cache_dir / (base + "description.txt"), cache_dir / (base + "sample_index.npy")};
 }
 
-IndexArray load_or_build_bert_sample_mapping(
-    const fs::path& cache_dir, const GptDatasetIdentity& identity, const BertSampleOptions& options,
-    std::optional<std::int64_t> num_samples, std::span<const std::int64_t> document_indices,
+MaskedCacheFiles bert_cache_files(const fs::path& cache_dir, const std::string& description) {
+  return masked_cache_files(cache_dir, kBertDatasetClass, description);
+}
+
+IndexArray load_or_build_masked_sample_mapping(
+    const fs::path& cache_dir, std::string_view class_name, const std::string& description,
+    const SampleMappingOptions& mapping_options, std::span<const std::int64_t> document_indices,
     std::int64_t document_begin, std::int64_t document_end,
     std::span<const std::int32_t> sentence_lengths, bool* built) {
-  const SampleMappingOptions mapping_options = bert_sample_mapping_options(options, num_samples);
-  const std::string description = bert_description(identity, options, num_samples);
-  const MaskedCacheFiles files = bert_cache_files(cache_dir, description);
+  const std::optional<std::int64_t> num_samples = mapping_options.num_samples;
+  const MaskedCacheFiles files = masked_cache_files(cache_dir, class_name, description);
 
   const bool complete =
       fs::is_regular_file(files.description) && fs::is_regular_file(files.sample_index);
@@ -117,6 +159,28 @@ IndexArray load_or_build_bert_sample_mapping(
   cache::write_text_atomically(files.description, description);
   if (built) *built = true;
   return mapping;
+}
+
+IndexArray load_or_build_t5_sample_mapping(
+    const fs::path& cache_dir, const GptDatasetIdentity& identity, const T5SampleOptions& options,
+    std::optional<std::int64_t> num_samples, std::span<const std::int64_t> document_indices,
+    std::int64_t document_begin, std::int64_t document_end,
+    std::span<const std::int32_t> sentence_lengths, bool* built) {
+  return load_or_build_masked_sample_mapping(
+      cache_dir, kT5DatasetClass, t5_description(identity, options, num_samples),
+      t5_sample_mapping_options(options, num_samples), document_indices, document_begin,
+      document_end, sentence_lengths, built);
+}
+
+IndexArray load_or_build_bert_sample_mapping(
+    const fs::path& cache_dir, const GptDatasetIdentity& identity, const BertSampleOptions& options,
+    std::optional<std::int64_t> num_samples, std::span<const std::int64_t> document_indices,
+    std::int64_t document_begin, std::int64_t document_end,
+    std::span<const std::int32_t> sentence_lengths, bool* built) {
+  return load_or_build_masked_sample_mapping(
+      cache_dir, kBertDatasetClass, bert_description(identity, options, num_samples),
+      bert_sample_mapping_options(options, num_samples), document_indices, document_begin,
+      document_end, sentence_lengths, built);
 }
 
 }  // namespace megatron::data

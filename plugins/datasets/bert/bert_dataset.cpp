@@ -1,62 +1,21 @@
-// Builds the splits as Megatron's BlendedMegatronDatasetBuilder does (each dataset's documents
-// split by `split`, or per-split blends; the cached sample index of each MaskedWordPieceDataset;
-// blends in Megatron's order) and serves samples as BERTMaskedWordPieceDataset.__getitem__.
+// The `bert` dataset: the splits through the core's SentenceSplits (Megatron's
+// BlendedMegatronDatasetBuilder rules), each split's BERTMaskedWordPieceDataset sample index from
+// its cache, and samples as BERTMaskedWordPieceDataset.__getitem__.
 #include "bert_dataset.h"
 
 #include <numeric>
 
-#include "megatron/data/rank_zero_first.h"
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
 
 namespace megatron::bert_data {
 
-namespace {
-
-std::size_t slot(data::Split split) {
-  return static_cast<std::size_t>(split);
-}
-
-// Megatron's _BertWordPieceTokenizer identity: its class, vocab file, and options in its order,
-// each stored as Python's str() of the value (MegatronTokenizer.__init__), so "True" and "0".
-data::TokenizerIdentity tokenizer_identity(const BertDataOptions& o) {
-  data::TokenizerIdentity identity;
-  identity.class_name = "_BertWordPieceTokenizer";
-  identity.paths = {o.tokenizer_files.vocab_file};
-  const bool lower = o.tokenizer_type == "BertWordPieceLowerCase";
-  identity.options = {{"lower_case", lower ? "True" : "False"},
-                      {"vocab_extra_ids", std::to_string(o.tokenizer_files.vocab_extra_ids)}};
-  return identity;
-}
-
-std::string split_text(data::Split split) {
-  return std::string(data::split_name(split));
-}
-
-// The documents of `split` in one dataset (the source has data for the split).
-data::ElementRange document_range(const SentenceDataset& source, const data::SplitSource& where,
-                                  data::Split split) {
-  const auto documents = static_cast<std::int64_t>(source.data.document_count());
-  return data::split_element_range(*where.matrix[slot(split)], documents);
-}
-
-// Why a split of one dataset has no documents, for messages.
-std::string document_share(const SentenceDataset& source, const data::SplitSource& where,
-                           const std::optional<std::string>& split_string,
-                           data::ElementRange range) {
-  if (where.per_split_blend) return "the dataset has no documents";
-  return "split \"" + split_string.value_or("") + "\" gives it documents [" +
-         std::to_string(range.begin) + ", " + std::to_string(range.end) + ") of " +
-         std::to_string(source.data.document_count());
-}
-
-}  // namespace
-
 BertDataset::BertDataset(PluginContext& context)
     : log_(context.log),
       parallel_(context.parallel),
       table_(context.config),
-      options_(read_bert_data_options(context.config, context.core)) {
+      options_(read_bert_data_options(context.config, context.core)),
+      splits_(table_, options_.blends, options_.mid_level_dataset_surplus, log_, parallel_) {
   try {
     tokenizer_ = make_tokenizer(options_.tokenizer_type, options_.tokenizer_files);
   } catch (const UsageError& e) {
@@ -64,20 +23,16 @@ BertDataset::BertDataset(PluginContext& context)
   } catch (const Error& e) {
     table_.fail("vocab_file", e.what());
   }
-  for (const data::PrefixUse& use : data::distinct_prefixes(options_.blends)) {
-    auto dataset = std::make_unique<SentenceDataset>(
-        SentenceDataset{use.prefix, IndexedDataset(use.prefix), {}, {}});
+  for (const auto& dataset : splits_.datasets()) {
     // build_mapping pairs sentences within documents; a document-level file (one sequence per
     // document) has none to pair.
     if (dataset->data.size() == dataset->data.document_count()) {
-      table_.fail(use.key, "dataset " + use.prefix + " holds one sequence per document (" +
-                               std::to_string(dataset->data.size()) +
-                               "): BERT samples are made of sentences; preprocess the corpus "
-                               "with --split-sentences (its files end in _sentence)");
+      table_.fail(dataset->key, "dataset " + dataset->prefix +
+                                    " holds one sequence per document (" +
+                                    std::to_string(dataset->data.size()) +
+                                    "): BERT samples are made of sentences; preprocess the corpus "
+                                    "with --split-sentences (its files end in _sentence)");
     }
-    dataset->sentence_lengths = dataset->data.sequence_lengths();
-    dataset->document_indices = dataset->data.document_indices();
-    datasets_.push_back(std::move(dataset));
   }
   const auto vocab = static_cast<TokenId>(tokenizer_->vocab_size());
   std::vector<std::string> strings;
@@ -100,13 +55,6 @@ BertDataset::BertDataset(PluginContext& context)
   data::check_masking_options(options_.sample.masking);
 }
 
-const SentenceDataset& BertDataset::sentences(const std::string& prefix) const {
-  for (const auto& dataset : datasets_) {
-    if (dataset->prefix == prefix) return *dataset;
-  }
-  throw Error("dataset " + prefix + " was not opened");
-}
-
 SampleSpec BertDataset::sample_fields() const {
   const Shape s{options_.sample.sequence_length};
   return {{"text", DType::i32, s, FieldKind::token_ids},
@@ -119,120 +67,30 @@ SampleSpec BertDataset::sample_fields() const {
 }
 
 void BertDataset::build(const std::array<std::int64_t, 3>& num_samples) {
-  data::build_rank_zero_first(parallel_, [&] {
-    for (data::Split split : data::kSplits) {
-      const std::int64_t wanted = num_samples[slot(split)];
-      splits_[slot(split)] = wanted > 0 ? build_split(split, wanted) : SplitDataset{};
-    }
+  splits_.build(num_samples, [this](const data::SentenceMappingRequest& request) {
+    return build_mapping(request);
   });
 }
 
-SplitDataset BertDataset::build_split(data::Split split, std::int64_t num_samples) const {
-  Logger* talk = parallel_.world_rank() == 0 ? &log_ : nullptr;
-  const data::SplitSource where = data::split_source(options_.blends, split);
-  if (!data::check_split_has_data(table_, options_.blends, where, split, num_samples, talk)) {
-    return {};
-  }
-  const data::BlendSpec& spec = *where.spec;
-  if (!data::needs_blend_layer(spec.prefixes.size(), !spec.weights.empty(),
-                               where.per_split_blend)) {
-    // A lone dataset whose share of the documents rounds to none (Megatron fails on it with an
-    // IndexError): the train split is refused, the others are left empty.
-    const SentenceDataset& only = sentences(spec.prefixes[0]);
-    const data::ElementRange range = document_range(only, where, split);
-    if (range.size() <= 0) {
-      const std::string share = document_share(only, where, options_.blends.split, range);
-      if (split == data::Split::kTrain) {
-        table_.fail(where.per_split_blend ? spec.key : "split",
-                    "the train split of " + only.prefix + " has no documents (" + share +
-                        ") but the schedule trains on " + std::to_string(num_samples) + " samples");
-      }
-      if (talk) {
-        talk->warn(
-            "data: the {} split of {} has no documents ({}) but the schedule asks for {} "
-            "samples; it is left empty",
-            split_text(split), only.prefix, share, num_samples);
-      }
-      return {};
-    }
-  }
-  SplitDataset out;
-  data::SplitBlend blend = data::build_split_blend(
-      table_, where, split, num_samples, options_.mid_level_dataset_surplus, talk,
-      [&](std::size_t d, std::optional<std::int64_t> samples) {
-        out.constituents.push_back(
-            build_masked(sentences(spec.prefixes[d]), where, split, samples));
-        return static_cast<std::int64_t>(out.constituents.back().mapping.rows());
-      });
-  out.blend = std::move(blend.blend);
-  out.size = blend.size;
+data::SentenceMapping BertDataset::build_mapping(
+    const data::SentenceMappingRequest& request) const {
+  data::GptDatasetIdentity identity = request.identity;
+  identity.tokenizer = data::wordpiece_tokenizer_identity(
+      options_.tokenizer_type == "BertWordPieceLowerCase", options_.tokenizer_files.vocab_file,
+      options_.tokenizer_files.vocab_extra_ids);
+  const data::SentenceDataset& source = *request.source;
+  data::SentenceMapping out;
+  out.cache_dir = options_.data_cache_path ? std::filesystem::path(*options_.data_cache_path)
+                                           : data::default_bert_cache_dir(source.prefix);
+  out.mapping = data::load_or_build_bert_sample_mapping(
+      out.cache_dir, identity, options_.sample, request.num_samples, source.document_indices,
+      request.documents.begin, request.documents.end, source.sentence_lengths, &out.built);
   return out;
 }
 
-MaskedDataset BertDataset::build_masked(const SentenceDataset& source,
-                                        const data::SplitSource& where, data::Split split,
-                                        std::optional<std::int64_t> num_samples) const {
-  const std::string name = split_text(split);
-  const data::ElementRange range = document_range(source, where, split);
-  if (range.size() <= 0) {
-    table_.fail(where.spec->key,
-                "the " + name + " split of " + source.prefix + " has no documents (" +
-                    document_share(source, where, options_.blends.split, range) +
-                    ") but the blend asks for samples of it; give the split a larger share or "
-                    "use more data");
-  }
-  data::GptDatasetIdentity identity;
-  identity.dataset_path = source.prefix;
-  identity.split = split;
-  if (!where.per_split_blend) {
-    identity.split_string = options_.blends.split;
-    identity.split_matrix = where.matrix;
-  }
-  identity.tokenizer = tokenizer_identity(options_);
-  const std::filesystem::path cache_dir = options_.data_cache_path
-                                              ? std::filesystem::path(*options_.data_cache_path)
-                                              : data::default_bert_cache_dir(source.prefix);
-  bool built = false;
-  MaskedDataset masked{&source, {}};
-  try {
-    masked.mapping = data::load_or_build_bert_sample_mapping(
-        cache_dir, identity, options_.sample, num_samples, source.document_indices, range.begin,
-        range.end, source.sentence_lengths, &built);
-  } catch (const ConfigError&) {
-    throw;
-  } catch (const Error& e) {
-    throw Error("the " + name + " split of " + source.prefix + ": " + e.what());
-  }
-  if (parallel_.world_rank() == 0 || built) {
-    log_.log(parallel_.world_rank() == 0 ? spdlog::level::info : spdlog::level::warn,
-             "data: {} split of {}: {} the sample index {} ({} samples from documents [{}, {}))",
-             name, source.prefix, built ? "built" : "loaded",
-             (built ? "into " : "from ") + cache_dir.string(), masked.mapping.rows(), range.begin,
-             range.end);
-  }
-  return masked;
-}
-
-std::int64_t BertDataset::size(data::Split split) const {
-  return splits_[slot(split)].size;
-}
-
 void BertDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {
-  const SplitDataset& dataset = splits_[slot(split)];
-  if (index < 0 || index >= dataset.size) {
-    throw Error("sample " + std::to_string(index) + " of the " + split_text(split) +
-                " split does not exist: it has " + std::to_string(dataset.size) + " samples");
-  }
-  // A blended sample is its constituent's sample, seeded by its index there, as BlendedDataset
-  // hands Megatron's __getitem__ the dataset_sample_index.
-  const MaskedDataset* masked = &dataset.constituents[0];
-  std::int64_t item = index;
-  if (dataset.blend) {
-    const auto at = static_cast<std::size_t>(index);
-    masked = &dataset.constituents[static_cast<std::size_t>(dataset.blend->dataset_index[at])];
-    item = dataset.blend->dataset_sample_index[at];
-  }
-  const data::BertSample s = data::make_bert_sample(masked->source->data, masked->mapping, item,
+  const data::SentenceSplits::Item item = splits_.locate(split, index);
+  const data::BertSample s = data::make_bert_sample(item.source->data, *item.mapping, item.index,
                                                     options_.sample, vocabulary_);
   auto copy = [](const std::vector<std::int64_t>& from, auto to) {
     for (std::size_t i = 0; i < from.size(); ++i)

@@ -1,6 +1,7 @@
-// Megatron's masked WordPiece datasets (BERT now, T5 next), sample for sample: the sentence
-// mapping of helpers.cpp build_mapping, MaskedWordPieceDataset._create_masked_lm_predictions,
-// BERTMaskedWordPieceDataset.__getitem__, and the cache files Megatron names after them.
+// Megatron's masked WordPiece datasets (BERT here, T5's sample in t5_samples.h), sample for
+// sample: the sentence mapping of helpers.cpp build_mapping,
+// MaskedWordPieceDataset._create_masked_lm_predictions, BERTMaskedWordPieceDataset.__getitem__,
+// and the cache files Megatron names after the dataset classes.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "megatron/data/gpt_indices.h"
@@ -123,6 +125,10 @@ MaskedLmPredictions create_masked_lm_predictions(std::span<const std::int64_t> t
                                                  NumpyRandomState& random,
                                                  NumpyRandomState* global_random = nullptr);
 
+// The seed of sample `sample_index`'s RandomState in every masked dataset:
+// (random_seed + idx) % 2**32, with Python's non-negative modulo.
+std::int64_t masked_sample_seed(std::int64_t seed, std::int64_t sample_index);
+
 // ---- BERT sample (BERTMaskedWordPieceDataset.__getitem__) -----------------------------------
 
 struct BertSampleOptions {
@@ -166,29 +172,53 @@ BertSample make_bert_sample(const IndexedDataset& dataset, const IndexArray& map
 
 // ---- Cache (MaskedWordPieceDataset._build_sample_index) -------------------------------------
 
+// Megatron's _BertWordPieceTokenizer as MegatronTokenizer describes it (BERT and T5 use it): its
+// class, the vocab file, lower_case and vocab_extra_ids as Python's str() ("True", "100").
+TokenizerIdentity wordpiece_tokenizer_identity(bool lower_case, const std::string& vocab_file,
+                                               std::int64_t vocab_extra_ids);
+
 // Megatron's unique description (JSON, indent 4) of a BERTMaskedWordPieceDataset: the
 // MegatronDataset identity (GptDatasetIdentity holds it for every dataset class), num_samples,
 // the masking fields, short_sequence_probability and classification_head.
 std::string bert_description(const GptDatasetIdentity& identity, const BertSampleOptions& options,
                              std::optional<std::int64_t> num_samples);
 
-// Megatron's default cache folder: <dataset path prefix>/cache/BERTMaskedWordPieceDataset_indices.
+// The Python class names Megatron's masked datasets name their cache folders and files after.
+inline constexpr std::string_view kBertDatasetClass = "BERTMaskedWordPieceDataset";
+inline constexpr std::string_view kT5DatasetClass = "T5MaskedWordPieceDataset";
+
+// Megatron's default cache folder: <dataset path prefix>/cache/<class name>_indices.
+std::filesystem::path default_masked_cache_dir(const std::string& dataset_path,
+                                               std::string_view class_name);
+// default_masked_cache_dir for BERTMaskedWordPieceDataset.
 std::filesystem::path default_bert_cache_dir(const std::string& dataset_path);
 
-// The two cache files, <md5>-BERTMaskedWordPieceDataset-{description.txt,sample_index.npy}.
-// Unlike GPTDataset's, the names carry no split: the md5 of the description (which names the
-// split) tells the splits apart.
+// The two cache files, <md5>-<class name>-{description.txt,sample_index.npy}. Unlike
+// GPTDataset's, the names carry no split: the md5 of the description (which names the split)
+// tells the splits apart.
 struct MaskedCacheFiles {
   std::filesystem::path description;
   std::filesystem::path sample_index;
 };
+MaskedCacheFiles masked_cache_files(const std::filesystem::path& cache_dir,
+                                    std::string_view class_name, const std::string& description);
+// masked_cache_files for BERTMaskedWordPieceDataset.
 MaskedCacheFiles bert_cache_files(const std::filesystem::path& cache_dir,
                                   const std::string& description);
 
-// Loads the mapping from `cache_dir` when both files are there with this description, otherwise
-// builds it with build_sample_mapping and writes both (each through a temporary name, the
-// description last). A loaded mapping that does not fit the data (dtype, shape, sentence range
-// of the split, target lengths in [2, S - 3], too few rows) is refused with a megatron::Error.
+// Loads the mapping from `cache_dir` when both files of `class_name` are there with this
+// description, otherwise builds it with build_sample_mapping(mapping_options) and writes both
+// (each through a temporary name, the description last). A loaded mapping that does not fit the
+// data (dtype, shape, sentence range of the split, target lengths in [2, max_seq_length], fewer
+// rows than mapping_options.num_samples) is refused with a megatron::Error.
+IndexArray load_or_build_masked_sample_mapping(
+    const std::filesystem::path& cache_dir, std::string_view class_name,
+    const std::string& description, const SampleMappingOptions& mapping_options,
+    std::span<const std::int64_t> document_indices, std::int64_t document_begin,
+    std::int64_t document_end, std::span<const std::int32_t> sentence_lengths,
+    bool* built = nullptr);
+
+// load_or_build_masked_sample_mapping for a BERTMaskedWordPieceDataset with these options.
 IndexArray load_or_build_bert_sample_mapping(const std::filesystem::path& cache_dir,
                                              const GptDatasetIdentity& identity,
                                              const BertSampleOptions& options,

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Checks the `t5` dataset plugin end to end through `megatron-app data` against Megatron-LM
+core_v0.13.1's rules for every split (train, valid, test).
+
+Megatron (pretrain_t5.py -> BlendedMegatronDatasetBuilder -> T5MaskedWordPieceDataset) splits the
+sentence-level IndexedDataset by documents as for BERT; each split's sentence mapping is
+helpers.build_mapping with max_seq_length = encoder length - 2 ("a single <bos> and single <eos>")
+and min_sentences_per_sample 1. T5MaskedWordPieceDataset.__getitem__(idx), re-implemented below
+from t5_dataset.py: RandomState((seed + idx) % 2**32); the row's sentences joined and cut to
+the target length (truncated = it was longer); _create_masked_lm_predictions with pretrain_t5.py's
+switches (whole words, geometric(0.2) n-gram sizes capped at 10, no permutation; _get_token_mask
+always [MASK]); then, span by span, a sentinel popped from additional_special_tokens_ids:
+encoder = the tokens between spans, each span replaced by its sentinel; decoder input = [BOS]
+then sentinel + span per span; labels = sentinel + span per span then [EOS]; encoder and decoder
+input padded with [PAD], labels with -1; enc_mask/dec_mask 1 over the tokens; loss_mask 1 over
+the decoder tokens. The mapping and the masking come from tests/data/bert_samples_reference.py
+(independent Python versions of build_mapping and _create_masked_lm_predictions); the data,
+vocabulary, schedule, output parsing and checker from bert_data_command_check.py.
+
+Compared: the split sizes, each split's document range, every row of each split's cached
+sample_index.npy, every field of the first --samples samples of each split, the cache files
+<md5>-T5MaskedWordPieceDataset-{description.txt,sample_index.npy} with Megatron's description
+(json.dumps(unique_identifiers, indent=4): MaskedWordPieceDataset's fields, then
+sequence_length_decoder), and that `--text` decodes the sentinels.
+
+usage: t5_data_command_check.py --app APP --config TOML --reference-dir tests/data
+                                --workdir DIR [--samples N] [--reference-seed SEED]
+(--reference-seed gives the reference another seed than the config's: the check must then fail.)
+"""
+
+import argparse
+import collections
+import difflib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import numpy
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bert_data_command_check as common  # noqa: E402
+
+SPLITS = common.SPLITS
+CLASS = "T5MaskedWordPieceDataset"
+TOKEN_FIELDS = ("text_enc", "text_dec")
+MASK_FIELDS = ("loss_mask", "enc_mask", "dec_mask")
+FIELDS = ["text_enc", "text_dec", "labels", "loss_mask", "truncated", "enc_mask", "dec_mask"]
+
+
+def t5_masking(mask_prob):
+    """pretrain_t5.py's T5MaskedWordPieceDatasetConfig masking fields, in Megatron's order."""
+    return collections.OrderedDict([
+        ("masking_probability", mask_prob), ("masking_max_ngram", 10),
+        ("masking_do_full_word", True), ("masking_do_permutation", False),
+        ("masking_use_longer_ngrams", False), ("masking_use_geometric_distribution", True)])
+
+
+def t5_sample(bert, sentences, target, idx, case, vocab):
+    """T5MaskedWordPieceDataset.__getitem__ for one mapping row."""
+    rs = numpy.random.RandomState((case["seed"] + idx) % 2**32)
+    assert target <= case["encoder_length"]
+    tokens = [t for s in sentences for t in s]
+    truncated = len(tokens) > target
+    tokens = tokens[:target]
+    masked = bert.masked_lm(tokens, target, case["masking"], vocab, "always", rs, None)
+    sentinels = collections.deque(case["sentinels"])
+    encoder, decoder, labels = [], [case["bos"]], []
+    begin = 0
+    for positions, span in masked["spans"]:
+        sentinel = sentinels.popleft()
+        encoder += masked["tokens"][begin:positions[0]] + [sentinel]
+        decoder += [sentinel] + span
+        labels += [sentinel] + span
+        begin = positions[-1] + 1
+    encoder += masked["tokens"][begin:]
+    labels.append(case["eos"])
+    enc_pads = case["encoder_length"] - len(encoder)
+    dec_pads = case["decoder_length"] - len(decoder)
+    assert enc_pads >= 0 and dec_pads >= 0, "Megatron's asserts on the padding"
+    return {"text_enc": encoder + [vocab.pad] * enc_pads,
+            "text_dec": decoder + [vocab.pad] * dec_pads,
+            "labels": labels + [-1] * dec_pads,
+            "loss_mask": [1] * len(decoder) + [0] * dec_pads,
+            "truncated": int(truncated),
+            "enc_mask": [1] * len(encoder) + [0] * enc_pads,
+            "dec_mask": [1] * len(decoder) + [0] * dec_pads,
+            "spans": [len(span) for _, span in masked["spans"]]}
+
+
+def description(reference, dataset_path, num_samples, index, data, seed, vocab_file):
+    """MegatronDataset.unique_description of a T5MaskedWordPieceDataset from pretrain_t5.py."""
+    tokenizer = collections.OrderedDict()
+    tokenizer["class"] = "_BertWordPieceTokenizer"
+    tokenizer["tokenizer_path"] = [vocab_file]
+    tokenizer["lower_case"] = str(data.get("tokenizer_type", "BertWordPieceCase")
+                                  == "BertWordPieceLowerCase")
+    tokenizer["vocab_extra_ids"] = str(data["vocab_extra_ids"])
+    ids = collections.OrderedDict()
+    ids["class"] = CLASS
+    ids["dataset_path"] = dataset_path
+    ids["num_samples"] = num_samples
+    ids["index_split"] = SPLITS[index]
+    ids["random_seed"] = seed
+    ids["sequence_length"] = data.get("encoder_seq_length", data.get("seq_length"))
+    ids["split"] = data["split"]
+    ids["split_matrix"] = reference.split_vector_to_matrix(
+        reference.parse_and_normalize_split(data["split"]))
+    ids["tokenizer"] = tokenizer
+    masking = t5_masking(data.get("mask_prob", 0.15))
+    ids["masking_probability"] = masking.pop("masking_probability")
+    ids["short_sequence_probability"] = data.get("short_seq_prob", 0.1)
+    ids.update(masking)
+    ids["sequence_length_decoder"] = data["decoder_seq_length"]
+    return json.dumps(ids, indent=4)
+
+
+def parse_samples(stdout, encoder_length, decoder_length):
+    """The printed samples back into full fields (token ids, position:target labels, masks)."""
+    samples, current = [], None
+    for line in stdout.splitlines():
+        m = re.match(r"sample (\d+) \| ", line)
+        if m:
+            assert int(m.group(1)) == len(samples), "sample %s out of order" % m.group(1)
+            current = {}
+            samples.append(current)
+            continue
+        m = re.fullmatch(r"  (\w+): (.*)", line)
+        if not m or current is None:
+            continue
+        name, shown = m.groups()
+        length = encoder_length if name in ("text_enc", "enc_mask") else decoder_length
+        if name in TOKEN_FIELDS:
+            current[name] = [int(x) for x in shown.split()]
+        elif name == "labels":
+            current[name] = common.parse_labels(shown, length)
+        elif name in MASK_FIELDS:
+            current[name] = common.parse_mask(shown, length)
+        elif name == "truncated":
+            current[name] = int(shown)
+        else:
+            raise AssertionError("unexpected field line %r" % line)
+    return samples
+
+
+def check_text_output(app, config, cache_dir, check):
+    """`data --text` decodes the token fields: the encoder shows the sentinels, the decoder
+    input starts with [BOS], the labels show decoded targets."""
+    command = [app, "data", "--config", config, "--first", "3", "--text",
+               "--set", "data.data_cache_path=%s" % json.dumps(cache_dir)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    check.expect("data --text exit code", result.returncode, 0, result.stderr[-2000:])
+    for needle in ("text_enc (text):", "<extra_id_0>", "text_dec (text):\n[BOS] ", "labels: "):
+        check.expect("data --text shows %r" % needle, needle in result.stdout, True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--app", required=True)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--reference-dir", required=True, help="tests/data")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--reference-seed", type=int)
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.abspath(args.reference_dir))
+    import bert_samples_reference as bert  # noqa: E402  (also puts tests/data_indices on the path)
+    import megatron_reference as reference  # noqa: E402
+    bert.check_engines()
+
+    with open(args.config, "rb") as f:
+        config = tomllib.load(f)
+    data, training = config["data"], config["training"]
+    here = os.path.dirname(os.path.abspath(args.config))
+    resolve = lambda p: os.path.normpath(os.path.join(here, p))  # noqa: E731
+    assert len(data["data_path"]) == 1
+    prefix, vocab_file = resolve(data["data_path"][0]), resolve(data["vocab_file"])
+    seed = training["seed"] if args.reference_seed is None else args.reference_seed
+    encoder_length = data.get("encoder_seq_length", data.get("seq_length"))
+    decoder_length = data["decoder_seq_length"]
+
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    cache_dir = os.path.join(args.workdir, "cache")
+    os.makedirs(args.workdir)
+
+    lengths, documents, sentences = common.read_sentences(prefix)
+    extra_ids = data["vocab_extra_ids"]
+    vocab = common.bert_vocabulary(vocab_file, extra_ids)
+    strings = vocab["vocab"]
+    check = common.Checker()
+    check.expect("vocabulary size", len(vocab["token_lookup"]), 30522 + 2 + extra_ids)
+    case = {**vocab, "seed": seed, "encoder_length": encoder_length,
+            "decoder_length": decoder_length, "masking": t5_masking(data.get("mask_prob", 0.15)),
+            "bos": strings.index("[BOS]"), "eos": strings.index("[EOS]"),
+            "sentinels": [strings.index("<extra_id_%d>" % i) for i in range(extra_ids)]}
+    view = bert.Vocab(case)
+    wanted = common.num_samples_per_split(training)
+    matrix = reference.split_vector_to_matrix(reference.parse_and_normalize_split(data["split"]))
+    num_documents = len(documents) - 1
+    seen = collections.Counter()
+
+    for index, name in enumerate(SPLITS):
+        assert matrix[index] is not None, "this check expects three non-empty splits"
+        begin, end = reference.split_range(matrix[index], num_documents)
+        mapping = bert.build_mapping(documents[begin:end + 1], lengths, wanted[index],
+                                     encoder_length - 2, data.get("short_seq_prob", 0.1), seed, 1)
+        first = min(args.samples, len(mapping))
+        sizes, ranges, stdout = common.run_data(args.app, config=args.config, cache_dir=cache_dir,
+                                                split=name, first=first)
+        where = "%s: " % name
+        check.expect("header", ("seq_length %d;" % encoder_length) in stdout, True, where)
+        check.expect("sizes built/asked", sizes.get(name), (len(mapping), wanted[index]), where)
+        if name in ranges:
+            check.expect("documents", ranges[name], (len(mapping), begin, end), where)
+        else:
+            check.failures.append(where + "no 'samples from documents' line in the output")
+
+        # Cache files: Megatron's names, the md5 of Megatron's description.
+        text = description(reference, prefix, wanted[index], index, data, seed, vocab_file)
+        md5 = hashlib.md5(text.encode("utf-8")).hexdigest()
+        stem = os.path.join(cache_dir, "%s-%s-" % (md5, CLASS))
+        check.expect("description file exists", os.path.isfile(stem + "description.txt"), True,
+                     where)
+        check.expect("sample index file exists", os.path.isfile(stem + "sample_index.npy"), True,
+                     where)
+        written = {}
+        for file in sorted(os.listdir(cache_dir)):
+            m = re.fullmatch(r"([0-9a-f]{32})-%s-description\.txt" % CLASS, file)
+            if m:
+                with open(os.path.join(cache_dir, file), encoding="utf-8") as f:
+                    content = f.read()
+                check.expect("md5 of the written description", m.group(1),
+                             hashlib.md5(content.encode("utf-8")).hexdigest(), file + ": ")
+                if json.loads(content).get("index_split") == name:
+                    written[m.group(1)] = content
+        check.expect("descriptions written for the split", len(written), 1, where)
+        for got_md5, content in written.items():
+            if content != text:
+                diff = difflib.unified_diff(text.splitlines(), content.splitlines(),
+                                            "megatron", "plugin", lineterm="", n=0)
+                check.failures.append(where + "description differs from Megatron's:\n      " +
+                                      "\n      ".join(list(diff)[2:]))
+            else:
+                check.checked["description text"] += 1
+            ours = numpy.load(os.path.join(cache_dir, "%s-%s-sample_index.npy" % (got_md5, CLASS)))
+            check.expect("sample index dtype", str(ours.dtype), "uint32", where)
+            check.expect("sample index shape", ours.shape, mapping.shape, where)
+            if ours.shape == mapping.shape:
+                bad = numpy.flatnonzero((ours != mapping).any(axis=1))
+                check.expect("sample index rows differing", bad[:5].tolist(), [], where)
+                check.checked["sample index rows"] += len(mapping)
+
+        # Every field of every printed sample.
+        samples = parse_samples(stdout, encoder_length, decoder_length)
+        check.expect("samples printed", len(samples), first, where)
+        for idx, got in enumerate(samples):
+            b, e, target = (int(x) for x in mapping[idx])
+            expected = t5_sample(bert, [list(s) for s in sentences[b:e]], target, idx, case, view)
+            for field in FIELDS:
+                check.expect(field, got.get(field), expected[field], "%s sample %d: " % (name, idx))
+            check.checked["samples"] += 1
+            seen["truncated"] += expected["truncated"]
+            seen["padded encoder"] += expected["enc_mask"][-1] == 0
+            seen["several spans"] += len(expected["spans"]) > 1
+            seen["multi-token span"] += any(n > 1 for n in expected["spans"])
+            seen["short target"] += target < encoder_length - 2
+        # The masks are printed as set positions: lossless as long as [PAD] is 0.
+        assert vocab["pad"] == 0
+
+    check_text_output(args.app, args.config, cache_dir, check)
+    for what in ("truncated", "padded encoder", "several spans", "multi-token span",
+                 "short target"):
+        if not seen[what]:
+            check.failures.append("the samples never show a %s case" % what)
+    print("checked:", dict(check.checked))
+    print("seen:", dict(seen))
+    if check.failures:
+        print("%d mismatches; the first ones:" % len(check.failures))
+        for line in check.failures[:30]:
+            print("  " + line)
+        return 1
+    print("megatron-app data (t5 plugin) matches Megatron's rules for train, valid and test")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
