@@ -48,6 +48,7 @@ struct Config {
 struct Reference {
   std::vector<double> out, lse;
   std::vector<double> dq, dk, dv;
+  std::vector<double> dbias;  // (Hq, Sq, Sk), summed over the batch; with a bias only
 };
 
 // Index helpers for logical (B, S, H, D) and (B, H, S) vectors.
@@ -76,15 +77,21 @@ inline double dropout_multiplier(const Config& c, const AttentionParams& p, std:
 
 // Forward (and, given dout, backward) in fp64 over full probability matrices. `padding` is the
 // key padding mask as a host (B, Sk) u8 tensor (non-zero = excluded key), or undefined for none;
-// `first_key` a host (B, Sq) i32 tensor (query i sees no key before first_key[b, i]), or undefined.
+// `first_key` a host (B, Sq) i32 tensor (query i sees no key before first_key[b, i]), or undefined;
+// `bias` a host (Hq, Sq, Sk) tensor added to the scaled scores, or undefined.
 inline Reference reference(const Config& c, const AttentionParams& p, const Tensor& q_t,
                            const Tensor& k_t, const Tensor& v_t, const Tensor* dout_t = nullptr,
-                           const Tensor& padding = Tensor(), const Tensor& first_key = Tensor()) {
+                           const Tensor& padding = Tensor(), const Tensor& first_key = Tensor(),
+                           const Tensor& bias_t = Tensor()) {
   const auto q = q_t.to_vector<double>(), k = k_t.to_vector<double>(), v = v_t.to_vector<double>();
-  std::vector<double> dout, pad, first;
+  std::vector<double> dout, pad, first, bias;
   if (dout_t) dout = dout_t->to_vector<double>();
   if (padding.defined()) pad = padding.to_vector<double>();
   if (first_key.defined()) first = first_key.to_vector<double>();
+  if (bias_t.defined()) bias = bias_t.to_vector<double>();
+  auto bias_of = [&](std::int64_t h, std::int64_t i, std::int64_t j) {
+    return bias.empty() ? 0.0 : bias[static_cast<std::size_t>((h * c.seq_q + i) * c.seq_k + j)];
+  };
   const Index at{c};
   Reference r;
   r.out.assign(q.size(), 0.0);
@@ -92,6 +99,7 @@ inline Reference reference(const Config& c, const AttentionParams& p, const Tens
   r.dq.assign(q.size(), 0.0);
   r.dk.assign(k.size(), 0.0);
   r.dv.assign(v.size(), 0.0);
+  if (!bias.empty()) r.dbias.assign(bias.size(), 0.0);
   const std::int64_t group = c.heads_q / c.heads_kv;
   const double minus_inf = -std::numeric_limits<double>::infinity();
   std::vector<double> prob(static_cast<std::size_t>(c.seq_k)), dprob(prob.size());
@@ -112,7 +120,7 @@ inline Reference reference(const Config& c, const AttentionParams& p, const Tens
           double s = 0;
           for (std::int64_t d = 0; d < c.dim; ++d)
             s += q[at.q(b, i, h, d)] * k[at.kv(b, j, hk, d)];
-          prob[j] = sees[j] ? s * p.scale : minus_inf;
+          prob[j] = sees[j] ? s * p.scale + bias_of(h, i, j) : minus_inf;
           max_score = std::max(max_score, prob[j]);
         }
         if (!any) {  // sees no key: zero output, lse -inf, no gradient
@@ -148,7 +156,10 @@ inline Reference reference(const Config& c, const AttentionParams& p, const Tens
           }
         }
         for (std::int64_t j = 0; j < c.seq_k; ++j) {
-          const double ds = prob[j] * (dprob[j] - row_dot) * p.scale;
+          const double unscaled = prob[j] * (dprob[j] - row_dot);
+          if (!r.dbias.empty())
+            r.dbias[static_cast<std::size_t>((h * c.seq_q + i) * c.seq_k + j)] += unscaled;
+          const double ds = unscaled * p.scale;
           for (std::int64_t d = 0; d < c.dim; ++d) {
             r.dq[at.q(b, i, h, d)] += ds * k[at.kv(b, j, hk, d)];
             r.dk[at.kv(b, j, hk, d)] += ds * q[at.q(b, i, h, d)];

@@ -105,6 +105,28 @@ inline void check_first_key(const char* op, const Tensor& first, const Attention
   check_contiguous(op, name, first);
 }
 
+// params.bias, when given: (Hq, Sq, Sk) of q's dtype, contiguous, on `device`; `what` names it.
+inline void check_score_bias(const char* op, const char* what, const Tensor& bias, const Tensor& q,
+                             const AttentionShapes& s, Device device) {
+  check_device(op, what, bias, device);
+  check_same_dtype(op, what, bias, "q", q);
+  if (bias.dim() != 3 || bias.size(0) != s.heads_q || bias.size(1) != s.seq_q ||
+      bias.size(2) != s.seq_k) {
+    fail(op, std::string(what) + " must have shape [" + std::to_string(s.heads_q) + ", " +
+                 std::to_string(s.seq_q) + ", " + std::to_string(s.seq_k) +
+                 "] (heads of q, queries, keys), got " + bias.describe());
+  }
+  check_contiguous(op, what, bias);
+}
+
+// attention_backward's dbias, when given: needs params.bias and has its shape.
+inline void check_bias_grad(const char* op, const Tensor* dbias, const AttentionParams& params,
+                            const Tensor& q, const AttentionShapes& s, Device device) {
+  if (!dbias) return;
+  if (!params.bias.defined()) fail(op, "dbias was given but params.bias was not");
+  check_score_bias(op, "dbias", *dbias, q, s, device);
+}
+
 // q (B, Sq, Hq, D) f32/f64, k and v (B, Sk, Hkv, D) with Hq a multiple of Hkv, a finite scale,
 // dropout_p in [0, 1), an optional key padding mask and first keys; returns the sizes.
 inline AttentionShapes check_attention_args(const char* op, const Tensor& q, const Tensor& k,
@@ -139,6 +161,7 @@ inline AttentionShapes check_attention_args(const char* op, const Tensor& q, con
     check_key_padding_mask(op, params.key_padding_mask, s, device);
   }
   if (params.first_key.defined()) check_first_key(op, params.first_key, s, device);
+  if (params.bias.defined()) check_score_bias(op, "bias", params.bias, q, s, device);
   return s;
 }
 

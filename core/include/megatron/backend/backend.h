@@ -46,6 +46,10 @@ struct AttentionParams {
   // With `causal` this is Megatron's block-diagonal lower-triangular mask in O(S) instead of
   // O(S^2) memory. Undefined (the default) = key 0. Backward must get the same tensor as forward.
   Tensor first_key;
+  // Additive score bias shared by the samples (T5's relative position bias): (Hq, Sq, Sk), q's
+  // dtype, contiguous, on the backend's device, added after scaling (Megatron-core's
+  // post_scale_bias): score = scale * q.k + bias[h, i, j]. Undefined (the default) = none.
+  Tensor bias;
 };
 
 struct AdamParams {
@@ -158,11 +162,13 @@ class Backend {
   // and in backward a zero dq row and no share of dk, dv.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const AttentionParams& params, Tensor& out, Tensor& lse) = 0;
-  // dq, dk, dv overwritten; same shapes as q, k, v.
+  // dq, dk, dv overwritten; same shapes as q, k, v. With `dbias` (only with params.bias; its
+  // shape, dtype and device, contiguous): overwritten with the bias's gradient summed over the
+  // batch, deterministically.
   virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
-                                  const AttentionParams& params, Tensor& dq, Tensor& dk,
-                                  Tensor& dv) = 0;
+                                  const AttentionParams& params, Tensor& dq, Tensor& dk, Tensor& dv,
+                                  Tensor* dbias = nullptr) = 0;
 
   // ---- rotary position embedding ------------------------------------------------------------
   // x, y (B, S, H, D); cos, sin (S, R) with R <= D even: the first R features of each head are

@@ -186,6 +186,9 @@ Problem<T> make_problem(const Shapes& s, const AttentionParams& params, const Te
   if (first.defined() && first.numel() > 0) {
     p.first_key = static_cast<const std::int32_t*>(first.raw_data());
   }
+  if (params.bias.defined() && params.bias.numel() > 0) {  // checked: (Hq, Sq, Sk), contiguous
+    p.bias = static_cast<const T*>(params.bias.raw_data());
+  }
   p.q = bshd<const T>(q), p.k = bshd<const T>(k), p.v = bshd<const T>(v);
   return p;
 }
@@ -276,8 +279,9 @@ void backward(Problem<T>& p) {
 
   const std::int64_t k_blocks = blocks(p.seq_k, kBlockK);
   const std::int64_t pairs = p.batch * p.heads_kv;
-  const bool fused =
-      pairs >= kFusedBackwardMinPairs && p.head_dim % kernels.dq_vector_multiple == 0;
+  // The bias gradient is summed in the dq pass, so a bias gradient takes the two-pass path.
+  const bool fused = pairs >= kFusedBackwardMinPairs &&
+                     p.head_dim % kernels.dq_vector_multiple == 0 && p.dbias == nullptr;
   const PanelBuffer<T> q_t =
       transposed_panels(p.q, p.batch, p.seq_q, p.heads_q, p.head_dim, kBlockQ);
   const PanelBuffer<T> dout_t =
@@ -308,6 +312,18 @@ void backward(Problem<T>& p) {
       transposed_panels(p.v, p.batch, p.seq_k, p.heads_kv, p.head_dim, kBlockK);
   p.k_t = k_t.panels, p.v_t = v_t.panels;
   const std::int64_t q_blocks = blocks(p.seq_q, kBlockQ);
+  if (p.dbias != nullptr) {
+    // One task per (head, query block) runs the samples in order: each dbias row is summed over
+    // the batch by one thread in a fixed order.
+    parallel_tasks<T>(p.heads_q * q_blocks, scratch, [&](std::int64_t task, T* buffer) {
+      const std::int64_t qb = q_blocks - 1 - task / p.heads_q, h = task % p.heads_q;
+      const std::int64_t q0 = qb * kBlockQ, rows = std::min(kBlockQ, p.seq_q - q0);
+      std::memset(p.dbias_row(h, q0, 0), 0, sizeof(T) * static_cast<std::size_t>(rows * p.seq_k));
+      for (std::int64_t b = 0; b < p.batch; ++b)
+        kernels.backward_q_block(p, b, h, q0, buffer);
+    });
+    return;
+  }
   const std::int64_t heads = p.batch * p.heads_q;
   parallel_tasks<T>(heads * q_blocks, scratch, [&](std::int64_t task, T* buffer) {
     const std::int64_t qb = q_blocks - 1 - task / heads, bh = task % heads;
@@ -337,7 +353,7 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
 void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out, const Tensor& lse,
                                     const AttentionParams& params, Tensor& dq, Tensor& dk,
-                                    Tensor& dv) {
+                                    Tensor& dv, Tensor* dbias) {
   constexpr const char* op = "attention_backward";
   const attention::Shapes s = attention::check_inputs(op, q, k, v, params);
   attention::check_bshd(op, "dout", dout, q);
@@ -351,6 +367,8 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   ops::check_same_shape(op, "dk", dk, "k", k);
   attention::check_bshd(op, "dv", dv, q);
   ops::check_same_shape(op, "dv", dv, "v", v);
+  ops::check_bias_grad(op, dbias, params, q, s, Device::cpu());
+  if (dbias && dq.numel() == 0) fill(*dbias, 0.0);
   if (dq.numel() == 0 && dk.numel() == 0) return;
   dispatch_float(op, q.dtype(), [&]<typename T>() {
     attention::Problem<T> p = attention::make_problem<T>(s, params, q, k, v);
@@ -358,6 +376,7 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
     p.out_in = attention::bshd<const T>(out);
     p.dout = attention::bshd<const T>(dout);
     p.dq = attention::bshd<T>(dq), p.dk = attention::bshd<T>(dk), p.dv = attention::bshd<T>(dv);
+    if (dbias && dbias->numel() > 0) p.dbias = static_cast<T*>(dbias->raw_data());
     attention::backward(p);
   });
 }

@@ -58,6 +58,10 @@ struct Problem {
   // First key per query, (B, Sq) row-major: query i of sample b sees no key before
   // first_key[b * seq_q + i]; null when every query may see key 0.
   const std::int32_t* first_key = nullptr;
+  // Additive score bias (Hq, Sq, Sk) row-major, added after scaling; null when none. With dbias
+  // (same shape, backward only), its gradient summed over the batch is written there.
+  const T* bias = nullptr;
+  T* dbias = nullptr;
 
   Bshd<const T> q, k, v;
   Panels<T> k_t;  // always
@@ -78,6 +82,13 @@ struct Problem {
     if (!causal) return seq_k;
     const std::int64_t end = query_end + key_shift();
     return end < 0 ? 0 : (end > seq_k ? seq_k : end);
+  }
+  // bias[h, i, j...] (null without a bias) and dbias[h, i, j...].
+  const T* bias_row(std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return bias ? bias + (h * seq_q + i) * seq_k + j : nullptr;
+  }
+  T* dbias_row(std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return dbias + (h * seq_q + i) * seq_k + j;
   }
   // The first key query i of sample b may see (0 without first_key).
   std::int64_t first_key_of(std::int64_t b, std::int64_t i) const {
@@ -115,7 +126,9 @@ struct Kernels {
   // head_dim is a multiple of dq_vector_multiple.
   void (*backward_kv_block)(const Problem<T>& p, std::int64_t b, std::int64_t hk, std::int64_t k0,
                             bool accumulate_dq, T* scratch);
-  // dq for queries [q0, q0 + kBlockQ) of (b, h).
+  // dq for queries [q0, q0 + kBlockQ) of (b, h); with p.dbias, also adds this sample's share of
+  // the bias gradient to dbias rows [q0, q0 + kBlockQ) of head h (the caller zeroed them and runs
+  // the samples of one (h, q0) in order, so the sums are deterministic).
   void (*backward_q_block)(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t q0,
                            T* scratch);
   std::int64_t dq_vector_multiple;

@@ -258,9 +258,9 @@ std::size_t scratch_elements(const Problem<T>& p) {
   const std::int64_t align = Carver<T>::kAlign;
   const std::int64_t tile = round_up(kBlockQ * kBlockK, align);
   const std::int64_t rows = round_up(max_of(kBlockQ, kBlockK) * padded_head_dim(p), align);
-  const std::int64_t vectors = 3 * round_up(max_of(kBlockQ, kBlockK), align);
-  // backward_kv_block needs the most: 5 tiles, 4 row blocks, 2 short vectors; forward_block and
-  // backward_q_block take at most 3 tiles, 2 row blocks and 3 short vectors.
+  const std::int64_t vectors = 5 * round_up(max_of(kBlockQ, kBlockK), align);
+  // backward_kv_block needs the most: 5 tiles, 4 row blocks, 3 short vectors; forward_block and
+  // backward_q_block take at most 3 tiles, 2 row blocks and 5 short vectors.
   return static_cast<std::size_t>(5 * tile + 4 * rows + vectors + align);
 }
 
@@ -336,14 +336,25 @@ std::int64_t last_first_key(const Problem<T>& p, std::int64_t b, std::int64_t q0
 
 // One row of the online softmax: turns the raw scores s[0, width) into probabilities relative to
 // the updated running max (0 past `visible` and where `excluded` (padding flags, may be null) is
-// set), rescales the running sum and output accumulator.
+// set), rescales the running sum and output accumulator. `bias` (may be null; `visible` entries)
+// is added to the scaled scores.
 template <class T>
-void online_softmax_row(T* s, std::int64_t width, std::int64_t visible, const T* excluded, T scale,
-                        T& running_max, T& running_sum, T* acc, std::int64_t acc_width) {
+void online_softmax_row(T* s, std::int64_t width, std::int64_t visible, const T* excluded,
+                        const T* bias, T scale, T& running_max, T& running_sum, T* acc,
+                        std::int64_t acc_width) {
   constexpr std::int64_t W = kLanes<T>;
   const std::int64_t whole = visible / W * W;  // vectors entirely visible
   Vec<T> vmx = splat(-kInf<T>);
-  if (excluded == nullptr) {
+  if (bias != nullptr) {  // scores + bias, then excluded ones -inf (a select, as below)
+    for (std::int64_t c = 0; c < whole; c += W) {
+      const Vec<T> x = load(s + c) * scale + load(bias + c);
+      const Vec<T> kept = excluded == nullptr              ? x
+                          : load(excluded + c) != Vec<T>{} ? splat(-kInf<T>)
+                                                           : x;
+      store(s + c, kept);
+      vmx = vmax<T>(vmx, kept);
+    }
+  } else if (excluded == nullptr) {
     for (std::int64_t c = 0; c < whole; c += W) {
       const Vec<T> x = load(s + c) * scale;
       store(s + c, x);
@@ -359,7 +370,7 @@ void online_softmax_row(T* s, std::int64_t width, std::int64_t visible, const T*
   T block_max = hmax<T>(vmx);
   for (std::int64_t c = whole; c < width; ++c) {
     const bool sees = c < visible && (excluded == nullptr || excluded[c] == T(0));
-    s[c] = sees ? s[c] * scale : -kInf<T>;
+    s[c] = sees ? (bias != nullptr ? s[c] * scale + bias[c] : s[c] * scale) : -kInf<T>;
     block_max = s[c] > block_max ? s[c] : block_max;
   }
   const T new_max = block_max > running_max ? block_max : running_max;
@@ -425,8 +436,8 @@ void forward_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int
       const std::int64_t hidden = clamp_to(p.first_key_of(b, q0 + r) - k0, 0, cols);
       for (std::int64_t c = 0; c < hidden; ++c)
         s_row[c] = -kInf<T>;
-      online_softmax_row(s_row, cols_pad, visible, excluded, p.scale, running_max[r],
-                         running_sum[r], acc + r * dim_pad, dim_pad);
+      online_softmax_row(s_row, cols_pad, visible, excluded, p.bias_row(h, q0 + r, k0), p.scale,
+                         running_max[r], running_sum[r], acc + r * dim_pad, dim_pad);
       if (p.dropout_p > 0) {
         DropoutStream<T> dropout(p.seed, p.dropout_p);
         const std::uint64_t base = dropout_index(p, b, h, q0 + r, k0);
@@ -501,6 +512,7 @@ void backward_kv_block(const Problem<T>& p, std::int64_t b, std::int64_t hk, std
   T* dout_pack = carve.take(kBlockQ * dim_pad);
   T* lse_cols = carve.take(kBlockQ);
   T* dot_cols = carve.take(kBlockQ);
+  T* bias_col = carve.take(kBlockQ);
   for (std::int64_t i = 0; i < cols * dim_pad; ++i)
     dk_acc[i] = 0, dv_acc[i] = 0;
 
@@ -538,8 +550,17 @@ void backward_kv_block(const Problem<T>& p, std::int64_t b, std::int64_t hk, std
           continue;
         }
         const T* score = s_t + j * rows_pad;
-        for (std::int64_t c = 0; c < rows_pad; c += W) {
-          store(prob + c, vexp(load(score + c) * p.scale - load(lse_cols + c)));
+        if (p.bias != nullptr) {  // bias[h, i0 + c, k0 + j] down the column, 0 past the queries
+          for (std::int64_t c = 0; c < rows_pad; ++c)
+            bias_col[c] = c < rows ? *p.bias_row(h, i0 + c, k0 + j) : T(0);
+          for (std::int64_t c = 0; c < rows_pad; c += W) {
+            store(prob + c,
+                  vexp(load(score + c) * p.scale + load(bias_col + c) - load(lse_cols + c)));
+          }
+        } else {
+          for (std::int64_t c = 0; c < rows_pad; c += W) {
+            store(prob + c, vexp(load(score + c) * p.scale - load(lse_cols + c)));
+          }
         }
         if (p.causal) {
           const std::int64_t first = clamp_to(k0 + j - p.key_shift() - i0, 0, rows_pad);
@@ -617,6 +638,8 @@ void backward_q_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::
   T* dq_acc = carve.take(kBlockQ * dim_pad);
   T* k_pack = carve.take(kBlockK * dim_pad);
   T* flags = carve.take(kBlockK);
+  T* bias_row = carve.take(kBlockK);
+  T* bias_grad = carve.take(kBlockK);
   for (std::int64_t i = 0; i < rows * dim_pad; ++i)
     dq_acc[i] = 0;
 
@@ -644,14 +667,22 @@ void backward_q_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::
       widest = max_of(widest, visible);
       T* row = s + r * cols_pad;
       const T lse = lse_for_backward(p, b, h, q0 + r);
-      if (excluded == nullptr) {
+      const T* bias = nullptr;
+      if (p.bias != nullptr) {  // this row's bias, 0 past the tile's keys
+        const T* from = p.bias_row(h, q0 + r, k0);
+        for (std::int64_t c = 0; c < cols_pad; ++c)
+          bias_row[c] = c < cols ? from[c] : T(0);
+        bias = bias_row;
+      }
+      if (excluded == nullptr && bias == nullptr) {
         for (std::int64_t c = 0; c < cols_pad; c += W) {
           store(row + c, vexp(load(row + c) * p.scale - lse));
         }
       } else {  // a select, not a product: exp of an excluded score may overflow
         for (std::int64_t c = 0; c < cols_pad; c += W) {
-          const Vec<T> prob = vexp(load(row + c) * p.scale - lse);
-          store(row + c, load(excluded + c) != Vec<T>{} ? Vec<T>{} : prob);
+          const Vec<T> score = load(row + c) * p.scale;
+          const Vec<T> prob = vexp((bias ? score + load(bias + c) : score) - lse);
+          store(row + c, excluded != nullptr && load(excluded + c) != Vec<T>{} ? Vec<T>{} : prob);
         }
       }
       for (std::int64_t c = visible; c < cols_pad; ++c)
@@ -668,8 +699,18 @@ void backward_q_block(const Problem<T>& p, std::int64_t b, std::int64_t h, std::
         }
       }
       const T dot = p.row_dot.at(b, h, q0 + r);
-      score_gradient(row, row, dp + r * cols_pad, dropout ? mask_row : nullptr, &dot, false,
-                     p.scale, cols_pad);
+      if (p.dbias == nullptr) {
+        score_gradient(row, row, dp + r * cols_pad, dropout ? mask_row : nullptr, &dot, false,
+                       p.scale, cols_pad);
+      } else {  // the bias's gradient is the score gradient before `scale`: same bits after it
+        score_gradient(bias_grad, row, dp + r * cols_pad, dropout ? mask_row : nullptr, &dot, false,
+                       T(1), cols_pad);
+        T* dbias = p.dbias_row(h, q0 + r, k0);
+        for (std::int64_t c = 0; c < cols; ++c)
+          dbias[c] += bias_grad[c];
+        for (std::int64_t c = 0; c < cols_pad; c += W)
+          store(row + c, load(bias_grad + c) * p.scale);
+      }
     }
     const Operand<T> k_op = rows_operand(k_rows, p.k.seq_stride, widest, dim, dim_pad, k_pack);
     gemm<T, true>(rows, dim_pad, widest, s, cols_pad, k_op.data, k_op.ld, dq_acc, dim_pad);

@@ -64,7 +64,7 @@ class CpuBackend final : public Backend {
                          const AttentionParams& params, Tensor& out, Tensor& lse) override;
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const AttentionParams& params,
-                          Tensor& dq, Tensor& dk, Tensor& dv) override;
+                          Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dbias = nullptr) override;
 
   // rotary.cpp
   void rotary_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override;

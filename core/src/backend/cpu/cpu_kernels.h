@@ -21,7 +21,8 @@ void dispatch_float(const char* op, DType dtype, Fn&& fn) {
       fn.template operator()<double>();
       return;
     default:
-      ops::fail(op, "unsupported dtype " + std::string(dtype_name(dtype)) + " (float32 or float64)");
+      ops::fail(op,
+                "unsupported dtype " + std::string(dtype_name(dtype)) + " (float32 or float64)");
   }
 }
 
@@ -31,7 +32,8 @@ inline std::vector<std::int64_t> row_offsets(const Tensor& t) {
   const int rank = t.dim();
   const int outer = rank > 0 ? rank - 1 : 0;
   std::int64_t rows = 1;
-  for (int d = 0; d < outer; ++d) rows *= t.shape()[d];
+  for (int d = 0; d < outer; ++d)
+    rows *= t.shape()[d];
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(rows));
   std::vector<std::int64_t> counter(outer, 0);
   std::int64_t index = 0;
@@ -52,7 +54,8 @@ inline std::vector<std::int64_t> row_offsets(const Tensor& t) {
 // Number of rows and row length of a (..., N) tensor.
 inline std::int64_t row_count(const Tensor& t) {
   std::int64_t rows = 1;
-  for (int d = 0; d + 1 < t.dim(); ++d) rows *= t.shape()[d];
+  for (int d = 0; d + 1 < t.dim(); ++d)
+    rows *= t.shape()[d];
   return rows;
 }
 

@@ -106,12 +106,19 @@ __device__ __forceinline__ T* shared_as() {
   return reinterpret_cast<T*>(shared_raw);
 }
 
+// The additive score bias of (h, i, j) (AttentionParams::bias, (Hq, Sq, Sk)), 0 without one.
+template <typename T>
+__device__ __forceinline__ T bias_at(const T* bias, const Problem& p, std::int64_t h,
+                                     std::int64_t i, std::int64_t j) {
+  return bias ? bias[(h * p.seq_q + i) * p.seq_k + j] : T(0);
+}
+
 // ---- forward ----------------------------------------------------------------------------------
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     forward_kernel(Problem p, T scale, Bshd<const T> q, Bshd<const T> k, Bshd<const T> v,
-                   Bshd<T> out, Bhs<T> lse) {
+                   Bshd<T> out, Bhs<T> lse, const T* bias) {
   constexpr int kTile = kTileRows<T>;
   const int dim = static_cast<int>(p.head_dim), ld = dim + 1;
   T* q_s = shared_as<T>();      // [kWarps][dim]
@@ -149,7 +156,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (!active) continue;
     const std::int64_t j = k0 + lane;
     const bool sees = lane < kTile && j < visible && !p.padded(b, j) && p.after_first(b, i, j);
-    const T s = sees ? dot(q_s + warp * dim, k_s + lane * ld, dim) * scale : negative_infinity<T>();
+    const T s =
+        sees ? dot(q_s + warp * dim, k_s + lane * ld, dim) * scale + bias_at(bias, p, h, i, j)
+             : negative_infinity<T>();
     const T tile_max = warp_max(s);
     const T new_max = tile_max > running_max ? tile_max : running_max;
     if (new_max == negative_infinity<T>()) continue;  // nothing visible to this row yet
@@ -200,11 +209,25 @@ __global__ void row_dot_kernel(Problem p, Bshd<const T> dout, Bshd<const T> out,
   }
 }
 
+// dbias (Hq, Sq, Sk) = the per-sample shares (B, Hq, Sq, Sk) summed over samples in order.
+template <typename T>
+__global__ void bias_grad_kernel(std::int64_t batch, std::int64_t per_sample, const T* shares,
+                                 T* dbias) {
+  for (std::int64_t e = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; e < per_sample;
+       e += std::int64_t(gridDim.x) * blockDim.x) {
+    T sum = T(0);
+    for (std::int64_t b = 0; b < batch; ++b)
+      sum += shares[b * per_sample + e];
+    dbias[e] = sum;
+  }
+}
+
 // dq for one query row per warp: dq = sum_j dS_ij k_j, dS = P (dP * mask - rowdot) scale.
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     dq_kernel(Problem p, T scale, Bshd<const T> q, Bshd<const T> k, Bshd<const T> v,
-              Bshd<const T> dout, Bhs<const T> lse, const T* row_dots, Bshd<T> dq) {
+              Bshd<const T> dout, Bhs<const T> lse, const T* row_dots, Bshd<T> dq, const T* bias,
+              T* bias_grads) {
   constexpr int kTile = kTileRows<T>;
   const int dim = static_cast<int>(p.head_dim), ld = dim + 1;
   T* q_s = shared_as<T>();       // [kWarps][dim]
@@ -246,10 +269,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     const std::int64_t j = k0 + lane;
     T ds = T(0);
     if (lane < kTile && j < visible && !p.padded(b, j) && p.after_first(b, i, j)) {
-      const T prob = math::exp_fast(dot(q_s + warp * dim, k_s + lane * ld, dim) * scale - row_lse);
+      const T prob = math::exp_fast(dot(q_s + warp * dim, k_s + lane * ld, dim) * scale +
+                                    bias_at(bias, p, h, i, j) - row_lse);
       T dprob = dot(do_s + warp * dim, v_s + lane * ld, dim);
       if (p.dropout_p > 0) dprob *= p.dropout(b, h, i, j, keep_scale);
-      ds = prob * (dprob - row_dot) * scale;
+      const T unscaled = prob * (dprob - row_dot);
+      // This sample's share of the bias gradient; summed over samples by bias_grad_kernel.
+      if (bias_grads) bias_grads[((b * p.heads_q + h) * p.seq_q + i) * p.seq_k + j] = unscaled;
+      ds = unscaled * scale;
     }
     for (int t = 0; t < kTile; ++t) {
       const T dst = __shfl_sync(0xffffffffu, ds, t);
@@ -272,7 +299,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     dkdv_kernel(Problem p, T scale, Bshd<const T> q, Bshd<const T> k, Bshd<const T> v,
-                Bshd<const T> dout, Bhs<const T> lse, const T* row_dots, Bshd<T> dk, Bshd<T> dv) {
+                Bshd<const T> dout, Bhs<const T> lse, const T* row_dots, Bshd<T> dk, Bshd<T> dv,
+                const T* bias) {
   constexpr int kTile = kTileRows<T>;
   const int dim = static_cast<int>(p.head_dim), ld = dim + 1;
   T* k_s = shared_as<T>();       // [kWarps][dim]: this block's keys
@@ -321,8 +349,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       const std::int64_t i = i0 + lane;
       T dropped = T(0), ds = T(0);
       if (lane < kTile && lane < rows && j < p.visible_end(i) && p.after_first(b, i, j)) {
-        const T prob =
-            math::exp_fast(dot(k_s + warp * dim, q_s + lane * ld, dim) * scale - lse_s[lane]);
+        const T prob = math::exp_fast(dot(k_s + warp * dim, q_s + lane * ld, dim) * scale +
+                                      bias_at(bias, p, h, i, j) - lse_s[lane]);
         T dprob = dot(v_s + warp * dim, do_s + lane * ld, dim);
         const T mask = p.dropout_p > 0 ? p.dropout(b, h, i, j, keep_scale) : T(1);
         dprob *= mask;
@@ -410,6 +438,14 @@ void launch(const char* op, Kernel kernel, dim3 grid, std::size_t bytes, cudaStr
   check_launch(op);
 }
 
+// AttentionParams::bias as the kernels read it (checked: (Hq, Sq, Sk) of q's dtype), or null.
+template <typename T>
+const T* score_bias(const AttentionParams& params) {
+  return params.bias.defined() && params.bias.numel() > 0
+             ? static_cast<const T*>(params.bias.raw_data())
+             : nullptr;
+}
+
 unsigned blocks_of(std::int64_t n) {
   return static_cast<unsigned>((n + kWarps - 1) / kWarps);
 }
@@ -433,14 +469,15 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
     const dim3 grid(blocks_of(p.seq_q), static_cast<unsigned>(p.heads_q),
                     static_cast<unsigned>(p.batch));
     launch(op, forward_kernel<T>, grid, bytes, stream_, p, static_cast<T>(params.scale),
-           bshd<const T>(q), bshd<const T>(k), bshd<const T>(v), bshd<T>(out), bhs<T>(lse));
+           bshd<const T>(q), bshd<const T>(k), bshd<const T>(v), bshd<T>(out), bhs<T>(lse),
+           score_bias<T>(params));
   });
 }
 
 void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const Tensor& out, const Tensor& lse,
                                      const AttentionParams& params, Tensor& dq, Tensor& dk,
-                                     Tensor& dv) {
+                                     Tensor& dv, Tensor* dbias) {
   constexpr const char* op = "attention_backward";
   const Device here = device();
   const Problem p = check_inputs(op, q, k, v, params, here);
@@ -455,6 +492,9 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
   ops::check_same_shape(op, "dk", dk, "k", k);
   check_bshd(op, "dv", dv, q, here);
   ops::check_same_shape(op, "dv", dv, "v", v);
+  ops::check_bias_grad(op, dbias, params, q,
+                       {p.batch, p.seq_q, p.seq_k, p.heads_q, p.heads_kv, p.head_dim}, here);
+  if (dbias && dq.numel() == 0) fill(*dbias, 0.0);
   if (dq.numel() == 0 && dk.numel() == 0) return;
   DeviceGuard guard(ordinal_);
   dispatch_float(op, q.dtype(), [&]<typename T>() {
@@ -470,18 +510,37 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
     const std::size_t tile = static_cast<std::size_t>(kTileRows<T>);
     const std::size_t dim = static_cast<std::size_t>(p.head_dim);
     const std::size_t dq_bytes = sizeof(T) * (2 * kWarps * dim + 2 * tile * (dim + 1));
+    // The bias gradient's per-sample shares (B, Hq, Sq, Sk), zero where a key is not seen.
+    const std::int64_t per_sample = p.heads_q * p.seq_q * p.seq_k;
+    Tensor shares;
+    T* bias_grads = nullptr;
+    if (dbias && dbias->numel() > 0) {
+      shares = Tensor::empty({p.batch, p.heads_q, p.seq_q, p.seq_k}, q.dtype(), here);
+      bias_grads = static_cast<T*>(shares.raw_data());
+      check_cuda(
+          cudaMemsetAsync(bias_grads, 0, sizeof(T) * static_cast<std::size_t>(p.batch * per_sample),
+                          stream_),
+          op);
+    }
     launch(
         op, dq_kernel<T>,
         dim3(blocks_of(p.seq_q), static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch)),
         dq_bytes, stream_, p, scale, bshd<const T>(q), bshd<const T>(k), bshd<const T>(v),
-        bshd<const T>(dout), bhs<const T>(lse), static_cast<const T*>(row_dots), bshd<T>(dq));
+        bshd<const T>(dout), bhs<const T>(lse), static_cast<const T*>(row_dots), bshd<T>(dq),
+        score_bias<T>(params), bias_grads);
+    if (bias_grads) {
+      bias_grad_kernel<T><<<grid_for(per_sample), kThreads, 0, stream_>>>(
+          p.batch, per_sample, static_cast<const T*>(bias_grads),
+          static_cast<T*>(dbias->raw_data()));
+      check_launch(op);
+    }
     const std::size_t dkdv_bytes = sizeof(T) * (2 * kWarps * dim + 2 * tile * (dim + 1) + 2 * tile);
     launch(
         op, dkdv_kernel<T>,
         dim3(blocks_of(p.seq_k), static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch)),
         dkdv_bytes, stream_, p, scale, bshd<const T>(q), bshd<const T>(k), bshd<const T>(v),
         bshd<const T>(dout), bhs<const T>(lse), static_cast<const T*>(row_dots), bshd<T>(dk),
-        bshd<T>(dv));
+        bshd<T>(dv), score_bias<T>(params));
   });
 }
 
