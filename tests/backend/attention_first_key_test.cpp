@@ -193,18 +193,8 @@ TEST_P(AttentionFirstKeyTest, GradientsMatchFiniteDifferences) {
       {"bidirectional", bidirectional, documents(bidirectional, {{3}}), Tensor()}};
   for (const Case& k : cases) {
     SCOPED_TRACE(k.what + ": " + k.c.name());
-    Inputs in = make_inputs(k.c, DType::f64, 260);
-    const AttentionParams p = params_with(k);
-    const Tensor weights = random_tensor(k.c.q_shape(), DType::f64, 99);
-    auto loss = [&] {
-      Tensor out = empty(k.c.q_shape(), DType::f64), lse = empty(k.c.lse_shape(), DType::f64);
-      be().attention_forward(upload(in.q), upload(in.k), upload(in.v), p, out, lse);
-      return weighted_sum(download(out), weights);
-    };
-    const Outputs o = run(k.c, p, in.q, in.k, in.v, weights);
-    EXPECT_TRUE(gradient_matches(loss, in.q, o.dq, 1e-6, 1000));
-    EXPECT_TRUE(gradient_matches(loss, in.k, o.dk, 1e-6, 1000));
-    EXPECT_TRUE(gradient_matches(loss, in.v, o.dv, 1e-6, 1000));
+    expect_gradients_match_finite_differences(k.c, params_with(k),
+                                              make_inputs(k.c, DType::f64, 260), 1000);
   }
 }
 
@@ -225,17 +215,8 @@ TEST_P(AttentionFirstKeyTest, DeterministicAcrossRunsAndThreadCounts) {
 
 TEST_P(AttentionFirstKeyTest, EveryCpuInstructionSetVariantMatchesReference) {
   if (GetParam() != "cpu") GTEST_SKIP() << "instruction-set variants exist on the CPU backend only";
-  const std::string best = cpu::attention::kernels_f32().isa;
-  bool ran_best = false;
-  for (const char* isa : {"generic", "avx2", "avx512"}) {
-    ScopedEnv env("MEGATRON_CPU_ISA", isa);
-    const std::string used = cpu::attention::kernels_f32().isa;
-    if (used != isa) continue;  // above this CPU: the best it has, checked already
-    ran_best = ran_best || used == best;
-    SCOPED_TRACE(isa);
-    check_cases(conformance_cases(0.1f), 280);
-  }
-  EXPECT_TRUE(ran_best) << "the best instruction set, " << best << ", was not run";
+  for_each_cpu_attention_isa(
+      [&](const std::string&) { check_cases(conformance_cases(0.1f), 280); });
 }
 
 TEST_P(AttentionFirstKeyTest, RejectsBadFirstKeys) {

@@ -291,18 +291,8 @@ TEST_P(AttentionMaskTest, GradientsMatchFiniteDifferences) {
   cases.push_back({"one sample all padding", empty_sample, right_padding(empty_sample, {5, 0, 2})});
   for (Case& k : cases) {
     SCOPED_TRACE(k.what + ": " + k.c.name());
-    Inputs in = make_inputs(k.c, DType::f64, 160);
-    const AttentionParams p = params_with(k.c, k.padding);
-    const Tensor weights = random_tensor(k.c.q_shape(), DType::f64, 98);
-    auto loss = [&] {
-      Tensor out = empty(k.c.q_shape(), DType::f64), lse = empty(k.c.lse_shape(), DType::f64);
-      be().attention_forward(upload(in.q), upload(in.k), upload(in.v), p, out, lse);
-      return weighted_sum(download(out), weights);
-    };
-    const Outputs o = run(k.c, p, in.q, in.k, in.v, weights);
-    EXPECT_TRUE(gradient_matches(loss, in.q, o.dq, 1e-6, 1000));
-    EXPECT_TRUE(gradient_matches(loss, in.k, o.dk, 1e-6, 1000));
-    EXPECT_TRUE(gradient_matches(loss, in.v, o.dv, 1e-6, 1000));
+    expect_gradients_match_finite_differences(k.c, params_with(k.c, k.padding),
+                                              make_inputs(k.c, DType::f64, 160), 1000);
   }
 }
 
@@ -326,31 +316,23 @@ TEST_P(AttentionMaskTest, DeterministicAcrossRunsAndThreadCounts) {
 // lower one than the best).
 TEST_P(AttentionMaskTest, EveryCpuInstructionSetVariantMatchesReference) {
   if (GetParam() != "cpu") GTEST_SKIP() << "instruction-set variants exist on the CPU backend only";
-  const std::string best = cpu::attention::kernels_f32().isa;
   const Config mixed{2, 33, 200, 8, 2, 24, false, 0.2f};
   const Config fused{4, 65, 65, 4, 2, 32, true, 0.0f};
   const std::vector<Case> cases = {
       {"tiles with no, some and only padding", mixed, scattered_padding(mixed)},
       {"dq in the dk/dv pass", fused, right_padding(fused, {65, 64, 1, 30})},
       {"causal, left padding", fused, left_padding(fused, {0, 10, 65, 3})}};
-  bool ran_best = false;
-  for (const char* isa : {"generic", "avx2", "avx512"}) {
-    ScopedEnv env("MEGATRON_CPU_ISA", isa);
-    const std::string used = cpu::attention::kernels_f32().isa;
-    if (used != isa) continue;  // above this CPU: the best it has, checked already
-    ran_best = ran_best || used == best;
+  for_each_cpu_attention_isa([&](const std::string&) {
     for (const Case& k : cases) {
       for (DType dtype : {DType::f32, DType::f64}) {
-        SCOPED_TRACE(std::string(isa) + " " + k.what + ": " + k.c.name() + " " +
-                     std::string(dtype_name(dtype)));
+        SCOPED_TRACE(k.what + ": " + k.c.name() + " " + std::string(dtype_name(dtype)));
         const Inputs in = make_inputs(k.c, dtype, 180);
         const AttentionParams p = params_with(k.c, k.padding);
         const Outputs o = run(k.c, p, in.q, in.k, in.v, in.dout);
         expect_matches(o, reference(k.c, p, in.q, in.k, in.v, &in.dout, k.padding), k.c, dtype);
       }
     }
-  }
-  EXPECT_TRUE(ran_best) << "the best instruction set, " << best << ", was not run";
+  });
 }
 
 TEST_P(AttentionMaskTest, RejectsBadKeyPaddingMasks) {

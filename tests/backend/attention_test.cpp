@@ -142,18 +142,7 @@ TEST_P(AttentionTest, GradientsMatchFiniteDifferences) {
   };
   for (const Config& c : configs) {
     SCOPED_TRACE(c.name());
-    Inputs in = make_inputs(c, DType::f64, 50);
-    const AttentionParams p = c.params();
-    const Tensor weights = random_tensor(c.q_shape(), DType::f64, 99);
-    auto loss = [&] {
-      Tensor out = empty(c.q_shape(), DType::f64), lse = empty(c.lse_shape(), DType::f64);
-      be().attention_forward(upload(in.q), upload(in.k), upload(in.v), p, out, lse);
-      return weighted_sum(download(out), weights);
-    };
-    const Outputs o = run(c, p, in.q, in.k, in.v, weights);
-    EXPECT_TRUE(gradient_matches(loss, in.q, o.dq, 1e-6));
-    EXPECT_TRUE(gradient_matches(loss, in.k, o.dk, 1e-6));
-    EXPECT_TRUE(gradient_matches(loss, in.v, o.dv, 1e-6));
+    expect_gradients_match_finite_differences(c, c.params(), make_inputs(c, DType::f64, 50));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/attention_kernels.h"
 #include "backend_test_util.h"
 #include "megatron/tensor/philox.h"
 
@@ -205,6 +206,22 @@ class AttentionTest : public BackendTest {
     return o;
   }
 
+  // The analytic dq, dk, dv against central finite differences of loss = sum(out * w) in fp64
+  // (`in` is fp64; up to max_checks elements of each).
+  void expect_gradients_match_finite_differences(const Config& c, const AttentionParams& p,
+                                                 Inputs in, std::int64_t max_checks = 64) {
+    const Tensor weights = random_tensor(c.q_shape(), DType::f64, 99);
+    auto loss = [&] {
+      Tensor out = empty(c.q_shape(), DType::f64), lse = empty(c.lse_shape(), DType::f64);
+      be().attention_forward(upload(in.q), upload(in.k), upload(in.v), p, out, lse);
+      return weighted_sum(download(out), weights);
+    };
+    const Outputs o = run(c, p, in.q, in.k, in.v, weights);
+    EXPECT_TRUE(gradient_matches(loss, in.q, o.dq, 1e-6, max_checks));
+    EXPECT_TRUE(gradient_matches(loss, in.k, o.dk, 1e-6, max_checks));
+    EXPECT_TRUE(gradient_matches(loss, in.v, o.dv, 1e-6, max_checks));
+  }
+
   // Forward and backward run with 2, 2, 1 and 2 threads give the bits of the first run.
   void expect_same_bits_for_any_thread_count(const Config& c, const AttentionParams& p,
                                              const Inputs& in) {
@@ -256,6 +273,12 @@ inline ::testing::AssertionResult lse_close(const Tensor& actual,
   return ::testing::AssertionSuccess();
 }
 
+// Runs `check` once per CPU instruction-set variant of the tile kernels this CPU has
+// (MEGATRON_CPU_ISA selects a lower one than the best), with the variant's name, and expects the
+// best one among them.
+template <typename Check>
+void for_each_cpu_attention_isa(Check&& check);
+
 // Sets an environment variable for one scope.
 class ScopedEnv {
  public:
@@ -277,5 +300,20 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> previous_;
 };
+
+template <typename Check>
+void for_each_cpu_attention_isa(Check&& check) {
+  const std::string best = cpu::attention::kernels_f32().isa;
+  bool ran_best = false;
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    ScopedEnv env("MEGATRON_CPU_ISA", isa);
+    const std::string used = cpu::attention::kernels_f32().isa;
+    if (used != isa) continue;  // above this CPU: the best it has, checked already
+    ran_best = ran_best || used == best;
+    SCOPED_TRACE(isa);
+    check(std::string(isa));
+  }
+  EXPECT_TRUE(ran_best) << "the best instruction set, " << best << ", was not run";
+}
 
 }  // namespace megatron::testing
