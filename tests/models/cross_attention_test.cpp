@@ -15,6 +15,7 @@
 #include "common/model_checks.h"
 #include "megatron/error.h"
 #include "megatron/nn/cross_attention.h"
+#include "megatron/nn/layer_stack.h"
 #include "megatron/nn/transformer_layer.h"
 
 namespace megatron {
@@ -365,6 +366,57 @@ TEST(DecoderLayer, GradientsMatchFiniteDifferences) {
   test::expect_gradients_match_finite_differences(params, objective);
   expect_input_gradient(x, dx, objective, "dx");
   expect_input_gradient(inputs.memory, dmemory, objective, "dmemory");
+}
+
+// A stack of a GPT-style layer then two decoder layers: dropout sites per spec (3 + 5 + 5), and
+// full recomputation of every layer gives the same output and gradients (the memory gradient
+// is added once per layer backward, never by the recomputed forwards).
+TEST(DecoderLayer, StackWithRecomputation) {
+  nn::ModelConfig mc;
+  mc.transformer = config();
+  mc.transformer.num_layers = 3;
+  const nn::LayerStack::SpecFn spec = [](std::int64_t layer) {
+    nn::LayerSpec s;
+    s.cross_attention = layer > 0;
+    return s;
+  };
+  struct Run {
+    std::vector<double> y, dx, dmemory;
+    std::vector<std::vector<double>> grads;
+  };
+  const auto run = [&](nn::Recompute recompute, std::uint64_t* sites) {
+    mc.recompute_granularity = recompute;
+    ParameterSet params;
+    nn::ParamFactory f{params, Device::cpu(), DType::f64};
+    nn::LayerStack stack;
+    stack.declare(f, "decoder.layers", mc, spec, {}, 2);
+    *sites = stack.dropout_sites();
+    randomize(params);
+    const nn::LayerContext ctx{cpu(), true, 7, 1};
+    Tensor dmemory = Tensor::zeros({kSk, kB, kH}, DType::f64);
+    nn::LayerInputs inputs;
+    inputs.memory = random_tensor({kSk, kB, kH}, 2);
+    inputs.memory_padding_mask = memory_padding();
+    inputs.memory_grad = &dmemory;
+    nn::LayerStack::State state;
+    const Tensor y =
+        stack.forward(ctx, 0, random_tensor({kSq, kB, kH}, 1), inputs, true, state, {});
+    const Tensor dx = stack.backward(ctx, 0, random_tensor({kSq, kB, kH}, 3), inputs, state, {});
+    Run r{y.to_vector<double>(), dx.to_vector<double>(), dmemory.to_vector<double>(), {}};
+    for (auto& p : params)
+      r.grads.push_back(p->grad.to_vector<double>());
+    return r;
+  };
+  std::uint64_t sites = 0, sites_recomputed = 0;
+  const Run plain = run(nn::Recompute::none, &sites);
+  const Run recomputed = run(nn::Recompute::full, &sites_recomputed);
+  EXPECT_EQ(sites, 13u);
+  EXPECT_EQ(sites_recomputed, 13u);
+  EXPECT_EQ(recomputed.y, plain.y);
+  EXPECT_EQ(recomputed.dx, plain.dx);
+  EXPECT_EQ(recomputed.dmemory, plain.dmemory);
+  EXPECT_EQ(recomputed.grads, plain.grads);
+  EXPECT_NE(plain.dmemory, std::vector<double>(plain.dmemory.size(), 0.0));
 }
 
 }  // namespace
