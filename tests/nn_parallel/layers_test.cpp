@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "megatron/nn/attention.h"
+#include "megatron/nn/cross_attention.h"
 #include "megatron/nn/embedding.h"
 #include "megatron/nn/lm_loss.h"
 #include "megatron/nn/mlp.h"
@@ -195,6 +196,92 @@ TEST_P(TpLayers, TransformerLayerWithHiddenDropout) {
   ls.backward(ctx, dys, inputs, ssaved, dxs);
   expect_close(ys, local(y, tp), kTol, "layer output");
   expect_close(dxs, local(dx, tp), kTol, "layer input grad");
+  check_grads(full, split, tp);
+}
+
+// Encoder output of kSk positions (a different length from the decoder's kS): sample 1's last
+// two are padding.
+constexpr std::int64_t kSk = 6;
+Tensor memory_padding() {
+  std::vector<std::uint8_t> m(static_cast<std::size_t>(kB * kSk), 0);
+  m[static_cast<std::size_t>(2 * kSk - 1)] = m[static_cast<std::size_t>(2 * kSk - 2)] = 1;
+  return Tensor::from(m, {kB, kSk});
+}
+
+// Cross-attention: whole heads per rank; under sequence parallelism x and memory are sequence
+// shards and so is the accumulated memory gradient.
+TEST_P(TpLayers, CrossAttention) {
+  const nn::TensorParallelism tp = this->tp();
+  const nn::TransformerConfig c = small_config();
+  ParameterSet full, split;
+  nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
+  nn::CrossAttention af, as;
+  af.declare(ff, "cross_attention", c);
+  as.declare(sf, "cross_attention", c);
+  init_and_randomize(full, split);
+  nn::LayerInputs inputs;
+  inputs.memory_padding_mask = memory_padding();
+
+  const nn::LayerContext ctx{cpu()};
+  const Tensor x = random_tensor({kS, kB, kH}, 3), dy = random_tensor({kS, kB, kH}, 4);
+  const Tensor memory = random_tensor({kSk, kB, kH}, 12);
+  Tensor y = empty_like(x), dx = empty_like(x);
+  Tensor dmemory = Tensor::zeros(memory.shape(), DType::f32);
+  nn::CrossAttention::Saved saved;
+  af.forward(ctx, x, memory, inputs, 0, y, saved);
+  af.backward(ctx, x, memory, dy, inputs, 0, saved, dx, dmemory);
+
+  const Tensor xs = local(x, tp), dys = local(dy, tp), ms = local(memory, tp);
+  Tensor ys = empty_like(xs), dxs = empty_like(xs);
+  Tensor dms = Tensor::zeros(ms.shape(), DType::f32);
+  nn::CrossAttention::Saved ssaved;
+  as.forward(ctx, xs, ms, inputs, 0, ys, ssaved);
+  as.backward(ctx, xs, ms, dys, inputs, 0, ssaved, dxs, dms);
+  expect_close(ys, local(y, tp), kTol, "cross-attention output");
+  expect_close(dxs, local(dx, tp), kTol, "cross-attention input grad");
+  expect_close(dms, local(dmemory, tp), kTol, "cross-attention memory grad");
+  check_grads(full, split, tp);
+}
+
+// T5's decoder layer with hidden dropout on, as TransformerLayerWithHiddenDropout.
+TEST_P(TpLayers, DecoderLayerWithHiddenDropout) {
+  const nn::TensorParallelism tp = this->tp();
+  nn::TransformerConfig c = small_config();
+  c.hidden_dropout = 0.2f;
+  nn::LayerSpec spec;
+  spec.cross_attention = true;
+  ParameterSet full, split;
+  nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
+  nn::TransformerLayer lf, ls;
+  lf.declare(ff, "layer", c, spec, 4);
+  ls.declare(sf, "layer", c, spec, 4);
+  init_and_randomize(full, split);
+
+  const nn::LayerContext ctx{cpu(), true, 5, 3};
+  const Tensor x = random_tensor({kS, kB, kH}, 5), dy = random_tensor({kS, kB, kH}, 6);
+  const Tensor memory = random_tensor({kSk, kB, kH}, 13);
+  Tensor dmemory = Tensor::zeros(memory.shape(), DType::f32);
+  nn::LayerInputs inputs;
+  inputs.memory = memory;
+  inputs.memory_padding_mask = memory_padding();
+  inputs.memory_grad = &dmemory;
+  Tensor y = empty_like(x), dx = empty_like(x);
+  nn::TransformerLayer::Saved saved;
+  lf.forward(ctx, x, inputs, y, saved, true);
+  lf.backward(ctx, dy, inputs, saved, dx);
+
+  Tensor dms = Tensor::zeros(local(memory, tp).shape(), DType::f32);
+  nn::LayerInputs sinputs = inputs;
+  sinputs.memory = local(memory, tp);
+  sinputs.memory_grad = &dms;
+  const Tensor xs = local(x, tp), dys = local(dy, tp);
+  Tensor ys = empty_like(xs), dxs = empty_like(xs);
+  nn::TransformerLayer::Saved ssaved;
+  ls.forward(ctx, xs, sinputs, ys, ssaved, true);
+  ls.backward(ctx, dys, sinputs, ssaved, dxs);
+  expect_close(ys, local(y, tp), kTol, "decoder layer output");
+  expect_close(dxs, local(dx, tp), kTol, "decoder layer input grad");
+  expect_close(dms, local(dmemory, tp), kTol, "decoder layer memory grad");
   check_grads(full, split, tp);
 }
 

@@ -16,6 +16,13 @@ void LayerStack::declare(ParamFactory& factory, const std::string& prefix,
   layers_.assign(static_cast<std::size_t>(num_layers_), {});
   layer_params_.assign(layers_.size(), {});
   units_.clear();
+  // Every layer's sites are numbered whether this rank holds it or not.
+  std::vector<std::uint64_t> first_site(layers_.size());
+  total_sites_ = 0;
+  for (std::int64_t i = 0; i < num_layers_; ++i) {
+    first_site[static_cast<std::size_t>(i)] = first_dropout_site + total_sites_;
+    total_sites_ += TransformerLayer::dropout_sites(spec(i));
+  }
   for (const LayerRange& r : chunks_) {
     if (r.count < 1 || r.first < 0 || r.first + r.count > num_layers_) {
       throw Error("pipeline chunk of layers [" + std::to_string(r.first) + ", " +
@@ -25,9 +32,8 @@ void LayerStack::declare(ParamFactory& factory, const std::string& prefix,
     for (std::int64_t i = r.first; i < r.first + r.count; ++i) {
       const std::size_t before = factory.params.size();
       const auto l = static_cast<std::size_t>(i);
-      layers_[l].declare(
-          factory, prefix + "." + std::to_string(i), config.transformer, spec(i),
-          first_dropout_site + static_cast<std::uint64_t>(i) * TransformerLayer::kDropoutSites);
+      layers_[l].declare(factory, prefix + "." + std::to_string(i), config.transformer, spec(i),
+                         first_site[l]);
       for (std::size_t k = before; k < factory.params.size(); ++k)
         layer_params_[l].push_back(&factory.params[k]);
     }
@@ -36,7 +42,7 @@ void LayerStack::declare(ParamFactory& factory, const std::string& prefix,
 }
 
 std::uint64_t LayerStack::dropout_sites() const {
-  return static_cast<std::uint64_t>(num_layers_) * TransformerLayer::kDropoutSites;
+  return total_sites_;
 }
 
 const std::vector<Parameter*>& LayerStack::params_of(std::int64_t layer) const {

@@ -12,6 +12,14 @@ void TransformerLayer::declare(ParamFactory& factory, const std::string& prefix,
   input_layernorm = Norm::declare(factory, prefix + ".input_layernorm", config.hidden_size,
                                   config.normalization, config.norm_epsilon);
   self_attention.declare(factory, prefix + ".self_attention", config, spec.self_attention_mask);
+  cross_ = spec.cross_attention;
+  if (cross_) {
+    // In Megatron's module order, which the flat gradient buffers follow.
+    pre_cross_attn_layernorm =
+        Norm::declare(factory, prefix + ".pre_cross_attn_layernorm", config.hidden_size,
+                      config.normalization, config.norm_epsilon);
+    cross_attention.declare(factory, prefix + ".cross_attention", config);
+  }
   pre_mlp_layernorm = Norm::declare(factory, prefix + ".pre_mlp_layernorm", config.hidden_size,
                                     config.normalization, config.norm_epsilon);
   mlp.declare(factory, prefix + ".mlp", config);
@@ -35,13 +43,25 @@ void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const L
   s.x1 = be.empty(x.shape(), dt);
   be.add(x, attn, s.x1);
 
+  s.x2 = s.x1;
+  if (cross_) {
+    s.ln_cross = be.empty(x.shape(), dt);
+    Tensor ln_cross_rows = s.ln_cross.view({rows, h});
+    pre_cross_attn_layernorm.forward(be, s.x1.view({rows, h}), ln_cross_rows, s.norm_cross);
+    Tensor cross = be.empty(x.shape(), dt);
+    cross_attention.forward(ctx, s.ln_cross, inputs.memory, inputs, site(3), cross, s.cross);
+    if (p > 0) be.dropout_forward(cross, p, ctx.seed, hidden_offset(ctx, 4, cross.numel()), cross);
+    s.x2 = be.empty(x.shape(), dt);
+    be.add(s.x1, cross, s.x2);
+  }
+
   s.ln2 = be.empty({rows, h}, dt);
-  pre_mlp_layernorm.forward(be, s.x1.view({rows, h}), s.ln2, s.norm2);
+  pre_mlp_layernorm.forward(be, s.x2.view({rows, h}), s.ln2, s.norm2);
   Tensor m = be.empty({rows, h}, dt);
   mlp.forward(ctx, s.ln2, m, s.mlp);
   if (p > 0) be.dropout_forward(m, p, ctx.seed, hidden_offset(ctx, 2, m.numel()), m);
   Tensor y_rows = y.view({rows, h});
-  be.add(s.x1.view({rows, h}), m, y_rows);
+  be.add(s.x2.view({rows, h}), m, y_rows);
 
   if (keep) {
     saved.x = x;
@@ -52,13 +72,18 @@ void TransformerLayer::forward(const LayerContext& ctx, const Tensor& x, const L
 void TransformerLayer::backward(const LayerContext& ctx, const Tensor& dy,
                                 const LayerInputs& inputs, Saved& saved, Tensor& dx) const {
   if (!saved.valid) throw Error("TransformerLayer::backward without a saved forward");
+  if (cross_ && inputs.memory_grad == nullptr) {
+    throw Error(
+        "decoder layer backward: the micro-batch gave no memory gradient to accumulate "
+        "into (LayerInputs::memory_grad)");
+  }
   Backend& be = ctx.backend;
   const std::int64_t h = dy.size(2), rows = dy.size(0) * dy.size(1);
   const DType dt = dy.dtype();
   const float p = ctx.training ? config_.hidden_dropout : 0.0f;
   const Tensor dy_rows = dy.view({rows, h});
 
-  // y = x1 + dropout(mlp(ln2(x1)))
+  // y = x2 + dropout(mlp(ln2(x2)))
   Tensor dm = be.empty({rows, h}, dt);
   if (p > 0) {
     be.dropout_backward(dy_rows, p, ctx.seed, hidden_offset(ctx, 2, dm.numel()), dm);
@@ -68,10 +93,30 @@ void TransformerLayer::backward(const LayerContext& ctx, const Tensor& dy,
   Tensor dln2 = be.empty({rows, h}, dt);
   mlp.backward(ctx, saved.ln2, dm, saved.mlp, dln2);
   saved.mlp = {};
-  Tensor dx1 = be.empty(dy.shape(), dt);
-  Tensor dx1_rows = dx1.view({rows, h});
-  pre_mlp_layernorm.backward(be, dln2, saved.x1.view({rows, h}), saved.norm2, dx1_rows);
-  be.add(dx1_rows, dy_rows, dx1_rows);
+  Tensor dx2 = be.empty(dy.shape(), dt);
+  Tensor dx2_rows = dx2.view({rows, h});
+  pre_mlp_layernorm.backward(be, dln2, saved.x2.view({rows, h}), saved.norm2, dx2_rows);
+  be.add(dx2_rows, dy_rows, dx2_rows);
+
+  // x2 = x1 + dropout(cross_attention(ln_cross(x1), memory)), or x2 = x1
+  Tensor dx1 = dx2;
+  if (cross_) {
+    Tensor dcross = be.empty(dy.shape(), dt);
+    if (p > 0) {
+      be.dropout_backward(dx2, p, ctx.seed, hidden_offset(ctx, 4, dcross.numel()), dcross);
+    } else {
+      be.copy(dx2, dcross);
+    }
+    Tensor dln_cross = be.empty(dy.shape(), dt);
+    cross_attention.backward(ctx, saved.ln_cross, inputs.memory, dcross, inputs, site(3),
+                             saved.cross, dln_cross, *inputs.memory_grad);
+    dx1 = be.empty(dy.shape(), dt);
+    Tensor dx1_from_cross = dx1.view({rows, h});
+    pre_cross_attn_layernorm.backward(be, dln_cross.view({rows, h}), saved.x1.view({rows, h}),
+                                      saved.norm_cross, dx1_from_cross);
+    be.add(dx1, dx2, dx1);
+  }
+  const Tensor dx1_rows = dx1.view({rows, h});
 
   // x1 = x + dropout(attention(ln1(x)))
   Tensor dattn = be.empty(dy.shape(), dt);

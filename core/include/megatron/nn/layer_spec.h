@@ -16,6 +16,10 @@ enum class AttentionMask {
 // The slots of one layer. Norm, MLP kind and sizes come from the stack's TransformerConfig.
 struct LayerSpec {
   AttentionMask self_attention_mask = AttentionMask::causal;
+  // T5's decoder layer: cross-attention to the encoder output (LayerInputs::memory) between
+  // self-attention and the MLP, its keys masked by LayerInputs::memory_padding_mask (Megatron's
+  // cross-attention is always padding-masked, never causal, and has no rotary).
+  bool cross_attention = false;
 };
 
 // Per micro-batch inputs shared by the layers of a stack.
@@ -27,6 +31,15 @@ struct LayerInputs {
   // (B, S) i32 on the model's device: the first key each query sees (GPT's reset_attention_mask,
   // AttentionParams::first_key), or undefined; read by every self-attention layer.
   Tensor first_key;
+  // Read by cross-attention layers only. The encoder output (Sk, B, h) in the layers' dtype, an
+  // (Sk / tp, B, h) sequence shard under sequence parallelism, as the decoder's x.
+  // ({}: aggregate initialisations naming only the first fields stay -Wextra clean.)
+  Tensor memory{};
+  // (B, Sk) u8 on the model's device, non-zero = that encoder position is padding; or undefined.
+  Tensor memory_padding_mask{};
+  // Shaped as memory: every cross-attention layer's backward ADDS its gradient w.r.t. memory
+  // here (the caller zeroes it before the decoder's backward and hands it to the encoder's).
+  Tensor* memory_grad = nullptr;
 };
 
 }  // namespace megatron::nn

@@ -20,9 +20,10 @@ class LayerStack {
 
   // Declares the layers of `chunks` (global layer numbers; empty = every layer) of a stack of
   // config.transformer.num_layers layers named `<prefix>.<N>`, each from spec(N). Layer N's
-  // dropout sites are first_dropout_site + N * TransformerLayer::kDropoutSites whether this rank
-  // holds the layers before it or not. Recomputation units follow config's recompute_* keys per
-  // chunk (Megatron applies recompute_method per pipeline stage).
+  // dropout sites follow those of layers 0..N-1 (TransformerLayer::dropout_sites of each spec,
+  // from first_dropout_site) whether this rank holds the layers before it or not. Recomputation
+  // units follow config's recompute_* keys per chunk (Megatron applies recompute_method per
+  // pipeline stage).
   void declare(ParamFactory& factory, const std::string& prefix, const ModelConfig& config,
                const SpecFn& spec, const std::vector<LayerRange>& chunks,
                std::uint64_t first_dropout_site);
@@ -57,6 +58,7 @@ class LayerStack {
   static std::vector<Unit> plan_units(const LayerRange& range, const ModelConfig& config);
 
   std::int64_t num_layers_ = 0;
+  std::uint64_t total_sites_ = 0;
   std::vector<TransformerLayer> layers_;  // by global layer number; only held ones declared
   std::vector<std::vector<Parameter*>> layer_params_;
   std::vector<LayerRange> chunks_;

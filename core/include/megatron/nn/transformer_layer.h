@@ -1,9 +1,12 @@
-// One pre-norm transformer layer: x += Dropout(Attn(LN1(x))); x += Dropout(MLP(LN2(x))).
+// One pre-norm transformer layer: x += Dropout(Attn(LN1(x))); x += Dropout(MLP(LN2(x))), and with
+// a cross-attention slot Megatron's T5 decoder layer, which adds
+// x += Dropout(CrossAttn(pre_cross_attn_layernorm(x), memory)) between the two.
 #pragma once
 
 #include <string>
 
 #include "megatron/nn/attention.h"
+#include "megatron/nn/cross_attention.h"
 #include "megatron/nn/layer_spec.h"
 #include "megatron/nn/mlp.h"
 #include "megatron/nn/norm.h"
@@ -18,30 +21,39 @@ class TransformerLayer {
     Norm::Saved norm1;
     Tensor ln1;  // (S, B, h)
     SelfAttention::Saved attention;
-    Tensor x1;  // after the attention residual
+    Tensor x1;               // after the attention residual
+    Norm::Saved norm_cross;  // cross-attention layers only
+    Tensor ln_cross;
+    CrossAttention::Saved cross;
+    Tensor x2;  // the MLP block's input: after the cross-attention residual, else x1
     Norm::Saved norm2;
     Tensor ln2;
     Mlp::Saved mlp;
     bool valid = false;
   };
 
-  // Dropout sites the layer uses: attention probabilities, after attention, after the MLP.
-  static constexpr std::uint64_t kDropoutSites = 3;
-  // The layer's dropout sites are first_dropout_site + [0, kDropoutSites), allocated by whoever
-  // declares the model (a layer kind never shares another's streams).
+  // Dropout sites a layer of `spec` uses: attention probabilities, after attention, after the
+  // MLP; a cross-attention layer also its probabilities and after cross-attention (sites 3, 4,
+  // so the first three are numbered as in every layer).
+  static std::uint64_t dropout_sites(const LayerSpec& spec) { return spec.cross_attention ? 5 : 3; }
+  // The layer's dropout sites are first_dropout_site + [0, dropout_sites(spec)), allocated by
+  // whoever declares the model (a layer kind never shares another's streams).
   void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config,
                const LayerSpec& spec, std::uint64_t first_dropout_site);
   // x, y (S, B, h), or (S / tp, B, h) sequence shards under sequence parallelism; saved is filled
-  // only when `keep`.
+  // only when `keep`. A cross-attention layer reads inputs.memory and memory_padding_mask.
   void forward(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs, Tensor& y,
                Saved& saved, bool keep) const;
-  // Needs a saved forward; dx (S, B, h) overwritten; releases `saved`.
+  // Needs a saved forward; dx (S, B, h) overwritten; releases `saved`. A cross-attention layer
+  // adds its gradient w.r.t. memory to *inputs.memory_grad (Error when null).
   void backward(const LayerContext& ctx, const Tensor& dy, const LayerInputs& inputs, Saved& saved,
                 Tensor& dx) const;
 
   Norm input_layernorm, pre_mlp_layernorm;
   SelfAttention self_attention;
   Mlp mlp;
+  Norm pre_cross_attn_layernorm;  // cross-attention layers only
+  CrossAttention cross_attention;
 
  private:
   std::uint64_t site(int k) const { return first_site_ + static_cast<std::uint64_t>(k); }
@@ -54,6 +66,7 @@ class TransformerLayer {
   TransformerConfig config_;
   TensorParallelism tp_;
   std::uint64_t first_site_ = 0;
+  bool cross_ = false;
 };
 
 }  // namespace megatron::nn
