@@ -44,23 +44,11 @@ def description(reference, dataset_path, num_samples, index, data, seed, vocab_f
     """MegatronDataset.unique_description of a BERTMaskedWordPieceDataset from pretrain_bert.py:
     MaskedWordPieceDataset and BERT key attributes; the tokenizer as MegatronTokenizer's
     unique_identifiers (class, tokenizer_path, then each option as str(value))."""
-    tokenizer = collections.OrderedDict()
-    tokenizer["class"] = "_BertWordPieceTokenizer"
-    tokenizer["tokenizer_path"] = [vocab_file]
-    tokenizer["lower_case"] = str(data.get("tokenizer_type", "BertWordPieceLowerCase")
-                                  == "BertWordPieceLowerCase")
-    tokenizer["vocab_extra_ids"] = str(data.get("vocab_extra_ids", 0))
-    ids = collections.OrderedDict()
-    ids["class"] = CLASS
-    ids["dataset_path"] = dataset_path
-    ids["num_samples"] = num_samples
-    ids["index_split"] = SPLITS[index]
-    ids["random_seed"] = seed
-    ids["sequence_length"] = data["seq_length"]
-    ids["split"] = data["split"]
-    ids["split_matrix"] = reference.split_vector_to_matrix(
-        reference.parse_and_normalize_split(data["split"]))
-    ids["tokenizer"] = tokenizer
+    ids = common.masked_dataset_identity(
+        reference, CLASS, dataset_path, num_samples, index, seed, data["seq_length"],
+        data["split"], vocab_file,
+        data.get("tokenizer_type", "BertWordPieceLowerCase") == "BertWordPieceLowerCase",
+        data.get("vocab_extra_ids", 0))
     ids["masking_probability"] = data.get("mask_prob", 0.15)
     ids["short_sequence_probability"] = data.get("short_seq_prob", 0.1)
     ids["masking_max_ngram"] = 3

@@ -95,6 +95,30 @@ def bert_vocabulary(vocab_file, vocab_extra_ids):
             "pad": vocab["[PAD]"], "mask": vocab["[MASK]"], "token_lookup": list(inv_vocab)}
 
 
+def masked_dataset_identity(reference, class_name, dataset_path, num_samples, index, seed,
+                            sequence_length, split, vocab_file, lower_case, vocab_extra_ids):
+    """The start of a masked dataset's MegatronDataset.unique_description, up to the tokenizer
+    (MegatronTokenizer's unique_identifiers: class, tokenizer_path, then each option as
+    str(value)); the caller adds the masking fields and its own."""
+    tokenizer = collections.OrderedDict()
+    tokenizer["class"] = "_BertWordPieceTokenizer"
+    tokenizer["tokenizer_path"] = [vocab_file]
+    tokenizer["lower_case"] = str(lower_case)
+    tokenizer["vocab_extra_ids"] = str(vocab_extra_ids)
+    ids = collections.OrderedDict()
+    ids["class"] = class_name
+    ids["dataset_path"] = dataset_path
+    ids["num_samples"] = num_samples
+    ids["index_split"] = SPLITS[index]
+    ids["random_seed"] = seed
+    ids["sequence_length"] = sequence_length
+    ids["split"] = split
+    ids["split_matrix"] = reference.split_vector_to_matrix(
+        reference.parse_and_normalize_split(split))
+    ids["tokenizer"] = tokenizer
+    return ids
+
+
 def num_samples_per_split(training):
     """megatron/training/training.py get_train_valid_test_num_samples."""
     gbs = training["global_batch_size"]

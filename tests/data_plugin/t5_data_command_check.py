@@ -90,23 +90,11 @@ def t5_sample(bert, sentences, target, idx, case, vocab):
 
 def description(reference, dataset_path, num_samples, index, data, seed, vocab_file):
     """MegatronDataset.unique_description of a T5MaskedWordPieceDataset from pretrain_t5.py."""
-    tokenizer = collections.OrderedDict()
-    tokenizer["class"] = "_BertWordPieceTokenizer"
-    tokenizer["tokenizer_path"] = [vocab_file]
-    tokenizer["lower_case"] = str(data.get("tokenizer_type", "BertWordPieceCase")
-                                  == "BertWordPieceLowerCase")
-    tokenizer["vocab_extra_ids"] = str(data["vocab_extra_ids"])
-    ids = collections.OrderedDict()
-    ids["class"] = CLASS
-    ids["dataset_path"] = dataset_path
-    ids["num_samples"] = num_samples
-    ids["index_split"] = SPLITS[index]
-    ids["random_seed"] = seed
-    ids["sequence_length"] = data.get("encoder_seq_length", data.get("seq_length"))
-    ids["split"] = data["split"]
-    ids["split_matrix"] = reference.split_vector_to_matrix(
-        reference.parse_and_normalize_split(data["split"]))
-    ids["tokenizer"] = tokenizer
+    ids = common.masked_dataset_identity(
+        reference, CLASS, dataset_path, num_samples, index, seed,
+        data.get("encoder_seq_length", data.get("seq_length")), data["split"], vocab_file,
+        data.get("tokenizer_type", "BertWordPieceCase") == "BertWordPieceLowerCase",
+        data["vocab_extra_ids"])
     masking = t5_masking(data.get("mask_prob", 0.15))
     ids["masking_probability"] = masking.pop("masking_probability")
     ids["short_sequence_probability"] = data.get("short_seq_prob", 0.1)
