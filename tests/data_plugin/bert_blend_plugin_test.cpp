@@ -5,18 +5,17 @@
 // refused naming the key.
 #include <array>
 #include <filesystem>
-#include <functional>
-#include <numeric>
 #include <optional>
-#include <random>
 #include <type_traits>
 #include <utility>
 
 #include "dataset_plugin_fixture.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/data/masked_samples.h"
+#include "megatron/data/tokenizer_vocabulary.h"
 #include "megatron/error.h"
 #include "megatron/tokenizer/tokenizer.h"
+#include "sentence_dataset_writer.h"
 
 namespace megatron::test {
 namespace {
@@ -32,22 +31,8 @@ constexpr std::int64_t kSeqLength = 32;
 // prefix.
 std::string write_sentences(const std::string& prefix, int documents, std::int32_t first_token,
                             unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> sentence_count(2, 5), sentence_length(3, 12);
-  std::uniform_int_distribution<std::int32_t> token(first_token, first_token + 899);
-  IndexedDatasetWriter writer(bin_path(prefix), IndexDType::u16);
-  for (int d = 0; d < documents; ++d) {
-    std::vector<std::int32_t> tokens;
-    std::vector<std::int64_t> lengths;
-    for (int s = sentence_count(rng); s > 0; --s) {
-      lengths.push_back(sentence_length(rng));
-      for (std::int64_t i = 0; i < lengths.back(); ++i)
-        tokens.push_back(token(rng));
-    }
-    writer.add_document(tokens, lengths);
-  }
-  writer.finalize(idx_path(prefix));
-  return prefix;
+  return write_sentence_dataset(prefix, documents, {2, 5, 3, 12, first_token, first_token + 899},
+                                seed);
 }
 
 // A document-level dataset (one sequence per document), which BERT cannot pair sentences from.
@@ -104,20 +89,9 @@ BertFields plugin_sample(const Dataset& dataset, Split split, std::int64_t index
 // samples and its cache description, independently of the plugin.
 class CoreBert {
  public:
-  CoreBert() : tokenizer_(make_tokenizer("BertWordPieceLowerCase", {kBertVocab, "", 0})) {
-    const auto vocab = static_cast<TokenId>(tokenizer_->vocab_size());
-    std::vector<std::string> strings;
-    for (TokenId id = 0; id < vocab; ++id)
-      strings.push_back(tokenizer_->id_to_token(id));
-    continues_word_ = data::continues_word_table(strings);
-    token_lookup_.resize(static_cast<std::size_t>(vocab));
-    std::iota(token_lookup_.begin(), token_lookup_.end(), 0);
-    vocabulary_ = {*tokenizer_->special_token(SpecialToken::cls),
-                   *tokenizer_->special_token(SpecialToken::sep),
-                   *tokenizer_->special_token(SpecialToken::pad),
-                   *tokenizer_->special_token(SpecialToken::mask),
-                   continues_word_,
-                   token_lookup_};
+  CoreBert()
+      : tokenizer_(make_tokenizer("BertWordPieceLowerCase", {kBertVocab, "", 0})),
+        vocabulary_(*tokenizer_, /*random_replacements=*/true) {
     options_.sequence_length = kSeqLength;
   }
 
@@ -133,7 +107,8 @@ class CoreBert {
 
   BertFields sample(const IndexedDataset& source, const data::IndexArray& mapping,
                     std::int64_t item) const {
-    const data::BertSample s = data::make_bert_sample(source, mapping, item, options_, vocabulary_);
+    const data::BertSample s =
+        data::make_bert_sample(source, mapping, item, options_, vocabulary_.wordpiece());
     auto narrow = [](const std::vector<std::int64_t>& from, auto& to) {
       for (std::int64_t v : from)
         to.push_back(static_cast<typename std::remove_reference_t<decltype(to)>::value_type>(v));
@@ -171,9 +146,7 @@ class CoreBert {
 
  private:
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<std::uint8_t> continues_word_;
-  std::vector<std::int64_t> token_lookup_;
-  data::WordPieceVocabulary vocabulary_;
+  data::TokenizerVocabulary vocabulary_;
   data::BertSampleOptions options_;
 };
 

@@ -15,7 +15,8 @@ then sentinel + span per span; labels = sentinel + span per span then [EOS]; enc
 input padded with [PAD], labels with -1; enc_mask/dec_mask 1 over the tokens; loss_mask 1 over
 the decoder tokens. The mapping and the masking come from tests/data/bert_samples_reference.py
 (independent Python versions of build_mapping and _create_masked_lm_predictions); the data,
-vocabulary, schedule, output parsing and checker from bert_data_command_check.py.
+vocabulary, schedule, output parsing, cache checks and report from masked_data_check.py (shared
+with bert_data_command_check.py).
 
 Compared: the split sizes, each split's document range, every row of each split's cached
 sample_index.npy, every field of the first --samples samples of each split, the cache files
@@ -28,26 +29,21 @@ usage: t5_data_command_check.py --app APP --config TOML --reference-dir tests/da
 (--reference-seed gives the reference another seed than the config's: the check must then fail.)
 """
 
-import argparse
 import collections
-import difflib
-import hashlib
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
-import tomllib
 
 import numpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bert_data_command_check as common  # noqa: E402
+import masked_data_check as common  # noqa: E402
 
 SPLITS = common.SPLITS
 CLASS = "T5MaskedWordPieceDataset"
 TOKEN_FIELDS = ("text_enc", "text_dec")
+ENCODER_FIELDS = ("text_enc", "enc_mask")
 MASK_FIELDS = ("loss_mask", "enc_mask", "dec_mask")
 FIELDS = ["text_enc", "text_dec", "labels", "loss_mask", "truncated", "enc_mask", "dec_mask"]
 
@@ -94,57 +90,17 @@ def t5_sample(bert, sentences, target, idx, case, vocab):
 
 def description(reference, dataset_path, num_samples, index, data, seed, vocab_file):
     """MegatronDataset.unique_description of a T5MaskedWordPieceDataset from pretrain_t5.py."""
-    tokenizer = collections.OrderedDict()
-    tokenizer["class"] = "_BertWordPieceTokenizer"
-    tokenizer["tokenizer_path"] = [vocab_file]
-    tokenizer["lower_case"] = str(data.get("tokenizer_type", "BertWordPieceCase")
-                                  == "BertWordPieceLowerCase")
-    tokenizer["vocab_extra_ids"] = str(data["vocab_extra_ids"])
-    ids = collections.OrderedDict()
-    ids["class"] = CLASS
-    ids["dataset_path"] = dataset_path
-    ids["num_samples"] = num_samples
-    ids["index_split"] = SPLITS[index]
-    ids["random_seed"] = seed
-    ids["sequence_length"] = data.get("encoder_seq_length", data.get("seq_length"))
-    ids["split"] = data["split"]
-    ids["split_matrix"] = reference.split_vector_to_matrix(
-        reference.parse_and_normalize_split(data["split"]))
-    ids["tokenizer"] = tokenizer
+    ids = common.masked_dataset_identity(
+        reference, CLASS, dataset_path, num_samples, index, seed,
+        data.get("encoder_seq_length", data.get("seq_length")), data["split"], vocab_file,
+        data.get("tokenizer_type", "BertWordPieceCase") == "BertWordPieceLowerCase",
+        data["vocab_extra_ids"])
     masking = t5_masking(data.get("mask_prob", 0.15))
     ids["masking_probability"] = masking.pop("masking_probability")
     ids["short_sequence_probability"] = data.get("short_seq_prob", 0.1)
     ids.update(masking)
     ids["sequence_length_decoder"] = data["decoder_seq_length"]
     return json.dumps(ids, indent=4)
-
-
-def parse_samples(stdout, encoder_length, decoder_length):
-    """The printed samples back into full fields (token ids, position:target labels, masks)."""
-    samples, current = [], None
-    for line in stdout.splitlines():
-        m = re.match(r"sample (\d+) \| ", line)
-        if m:
-            assert int(m.group(1)) == len(samples), "sample %s out of order" % m.group(1)
-            current = {}
-            samples.append(current)
-            continue
-        m = re.fullmatch(r"  (\w+): (.*)", line)
-        if not m or current is None:
-            continue
-        name, shown = m.groups()
-        length = encoder_length if name in ("text_enc", "enc_mask") else decoder_length
-        if name in TOKEN_FIELDS:
-            current[name] = [int(x) for x in shown.split()]
-        elif name == "labels":
-            current[name] = common.parse_labels(shown, length)
-        elif name in MASK_FIELDS:
-            current[name] = common.parse_mask(shown, length)
-        elif name == "truncated":
-            current[name] = int(shown)
-        else:
-            raise AssertionError("unexpected field line %r" % line)
-    return samples
 
 
 def check_text_output(app, config, cache_dir, check):
@@ -159,33 +115,12 @@ def check_text_output(app, config, cache_dir, check):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--app", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--reference-dir", required=True, help="tests/data")
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--samples", type=int, default=300)
-    parser.add_argument("--reference-seed", type=int)
-    args = parser.parse_args()
-    sys.path.insert(0, os.path.abspath(args.reference_dir))
-    import bert_samples_reference as bert  # noqa: E402  (also puts tests/data_indices on the path)
-    import megatron_reference as reference  # noqa: E402
-    bert.check_engines()
-
-    with open(args.config, "rb") as f:
-        config = tomllib.load(f)
-    data, training = config["data"], config["training"]
-    here = os.path.dirname(os.path.abspath(args.config))
-    resolve = lambda p: os.path.normpath(os.path.join(here, p))  # noqa: E731
-    assert len(data["data_path"]) == 1
-    prefix, vocab_file = resolve(data["data_path"][0]), resolve(data["vocab_file"])
-    seed = training["seed"] if args.reference_seed is None else args.reference_seed
+    run = common.start("--samples", 300)
+    args, bert, reference = run.args, run.bert, run.reference
+    data, training, prefix, vocab_file = run.data, run.training, run.prefix, run.vocab_file
+    seed, cache_dir = run.seed, run.cache_dir
     encoder_length = data.get("encoder_seq_length", data.get("seq_length"))
     decoder_length = data["decoder_seq_length"]
-
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    cache_dir = os.path.join(args.workdir, "cache")
-    os.makedirs(args.workdir)
 
     lengths, documents, sentences = common.read_sentences(prefix)
     extra_ids = data["vocab_extra_ids"]
@@ -219,43 +154,13 @@ def main():
         else:
             check.failures.append(where + "no 'samples from documents' line in the output")
 
-        # Cache files: Megatron's names, the md5 of Megatron's description.
         text = description(reference, prefix, wanted[index], index, data, seed, vocab_file)
-        md5 = hashlib.md5(text.encode("utf-8")).hexdigest()
-        stem = os.path.join(cache_dir, "%s-%s-" % (md5, CLASS))
-        check.expect("description file exists", os.path.isfile(stem + "description.txt"), True,
-                     where)
-        check.expect("sample index file exists", os.path.isfile(stem + "sample_index.npy"), True,
-                     where)
-        written = {}
-        for file in sorted(os.listdir(cache_dir)):
-            m = re.fullmatch(r"([0-9a-f]{32})-%s-description\.txt" % CLASS, file)
-            if m:
-                with open(os.path.join(cache_dir, file), encoding="utf-8") as f:
-                    content = f.read()
-                check.expect("md5 of the written description", m.group(1),
-                             hashlib.md5(content.encode("utf-8")).hexdigest(), file + ": ")
-                if json.loads(content).get("index_split") == name:
-                    written[m.group(1)] = content
-        check.expect("descriptions written for the split", len(written), 1, where)
-        for got_md5, content in written.items():
-            if content != text:
-                diff = difflib.unified_diff(text.splitlines(), content.splitlines(),
-                                            "megatron", "plugin", lineterm="", n=0)
-                check.failures.append(where + "description differs from Megatron's:\n      " +
-                                      "\n      ".join(list(diff)[2:]))
-            else:
-                check.checked["description text"] += 1
-            ours = numpy.load(os.path.join(cache_dir, "%s-%s-sample_index.npy" % (got_md5, CLASS)))
-            check.expect("sample index dtype", str(ours.dtype), "uint32", where)
-            check.expect("sample index shape", ours.shape, mapping.shape, where)
-            if ours.shape == mapping.shape:
-                bad = numpy.flatnonzero((ours != mapping).any(axis=1))
-                check.expect("sample index rows differing", bad[:5].tolist(), [], where)
-                check.checked["sample index rows"] += len(mapping)
+        common.check_cache_files(check, cache_dir, CLASS, name, text, mapping)
 
         # Every field of every printed sample.
-        samples = parse_samples(stdout, encoder_length, decoder_length)
+        samples = common.parse_samples(
+            stdout, lambda field: encoder_length if field in ENCODER_FIELDS else decoder_length,
+            TOKEN_FIELDS, MASK_FIELDS, ("truncated",))
         check.expect("samples printed", len(samples), first, where)
         for idx, got in enumerate(samples):
             b, e, target = (int(x) for x in mapping[idx])
@@ -272,19 +177,8 @@ def main():
         assert vocab["pad"] == 0
 
     check_text_output(args.app, args.config, cache_dir, check)
-    for what in ("truncated", "padded encoder", "several spans", "multi-token span",
-                 "short target"):
-        if not seen[what]:
-            check.failures.append("the samples never show a %s case" % what)
-    print("checked:", dict(check.checked))
-    print("seen:", dict(seen))
-    if check.failures:
-        print("%d mismatches; the first ones:" % len(check.failures))
-        for line in check.failures[:30]:
-            print("  " + line)
-        return 1
-    print("megatron-app data (t5 plugin) matches Megatron's rules for train, valid and test")
-    return 0
+    return common.report(check, seen, ("truncated", "padded encoder", "several spans",
+                                       "multi-token span", "short target"), "t5")
 
 
 if __name__ == "__main__":

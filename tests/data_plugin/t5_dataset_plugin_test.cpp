@@ -9,16 +9,15 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iterator>
 #include <map>
-#include <random>
 
 #include "dataset_plugin_fixture.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/data/t5_samples.h"
 #include "megatron/error.h"
 #include "megatron/tokenizer/tokenizer.h"
+#include "sentence_dataset_writer.h"
 
 namespace megatron::test {
 namespace {
@@ -36,22 +35,7 @@ constexpr std::int64_t kExtraIds = 100;
 // special).
 std::string write_sentences(const std::string& prefix, int documents, unsigned seed,
                             int max_sentences = 6) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> sentence_count(1, max_sentences), sentence_length(1, 30);
-  std::uniform_int_distribution<std::int32_t> token(1000, 28999);
-  IndexedDatasetWriter writer(bin_path(prefix), IndexDType::u16);
-  for (int d = 0; d < documents; ++d) {
-    std::vector<std::int32_t> tokens;
-    std::vector<std::int64_t> lengths;
-    for (int s = sentence_count(rng); s > 0; --s) {
-      lengths.push_back(sentence_length(rng));
-      for (std::int64_t i = 0; i < lengths.back(); ++i)
-        tokens.push_back(token(rng));
-    }
-    writer.add_document(tokens, lengths);
-  }
-  writer.finalize(idx_path(prefix));
-  return prefix;
+  return write_sentence_dataset(prefix, documents, {1, max_sentences, 1, 30, 1000, 28999}, seed);
 }
 
 // A [data] table of the t5 dataset over `prefix` (all documents in train) plus `extra` keys.
@@ -92,20 +76,6 @@ T5Fields plugin_sample(const Dataset& dataset, Split split, std::int64_t index,
   f.dec_mask = field_values<std::int32_t>(batch, "dec_mask", decoder);
   f.truncated = field_values<std::int32_t>(batch, "truncated", 0).at(0);
   return f;
-}
-
-void expect_mentions(const std::string& text, std::initializer_list<std::string> parts) {
-  for (const auto& p : parts)
-    EXPECT_NE(text.find(p), std::string::npos) << "message:\n  " << text << "\nlacks: " << p;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // The number of leading entries equal to 1 and a check that the rest are 0.

@@ -142,18 +142,8 @@ BertSample make_bert_sample(std::span<const std::vector<std::int64_t>> sentences
 BertSample make_bert_sample(const IndexedDataset& dataset, const IndexArray& mapping,
                             std::int64_t sample_index, const BertSampleOptions& options,
                             const WordPieceVocabulary& vocabulary) {
-  const SampleMappingRow row = sample_mapping_row(mapping, sample_index);
-  if (row.first_sentence < 0 || row.first_sentence > row.end_sentence ||
-      static_cast<std::uint64_t>(row.end_sentence) > dataset.size()) {
-    throw Error("BERT sample " + std::to_string(sample_index) + ": sentences [" +
-                std::to_string(row.first_sentence) + ", " + std::to_string(row.end_sentence) +
-                ") are outside " + dataset.idx_file().string() + "'s " +
-                std::to_string(dataset.size()) + " sequences");
-  }
-  std::vector<std::vector<std::int64_t>> sentences;
-  for (std::int64_t s = row.first_sentence; s < row.end_sentence; ++s)
-    sentences.push_back(dataset.get(static_cast<std::size_t>(s)));
-  return make_bert_sample(sentences, row.target_length, sample_index, options, vocabulary);
+  const MappedSentences row = read_mapped_sentences(dataset, mapping, sample_index, "BERT");
+  return make_bert_sample(row.sentences, row.target_length, sample_index, options, vocabulary);
 }
 
 }  // namespace megatron::data

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "megatron/data/indexed_dataset.h"
 #include "megatron/data/masked_samples.h"
 #include "megatron/error.h"
 
@@ -195,6 +196,23 @@ SampleMappingRow sample_mapping_row(const IndexArray& mapping, std::int64_t row)
   }
   const auto r = static_cast<std::size_t>(row);
   return {mapping.at(r, 0), mapping.at(r, 1), mapping.at(r, 2)};
+}
+
+MappedSentences read_mapped_sentences(const IndexedDataset& dataset, const IndexArray& mapping,
+                                      std::int64_t sample_index, std::string_view sample_kind) {
+  const SampleMappingRow row = sample_mapping_row(mapping, sample_index);
+  if (row.first_sentence < 0 || row.first_sentence > row.end_sentence ||
+      static_cast<std::uint64_t>(row.end_sentence) > dataset.size()) {
+    throw Error(std::string(sample_kind) + " sample " + std::to_string(sample_index) +
+                ": sentences [" + std::to_string(row.first_sentence) + ", " +
+                std::to_string(row.end_sentence) + ") are outside " + dataset.idx_file().string() +
+                "'s " + std::to_string(dataset.size()) + " sequences");
+  }
+  MappedSentences out;
+  for (std::int64_t s = row.first_sentence; s < row.end_sentence; ++s)
+    out.sentences.push_back(dataset.get(static_cast<std::size_t>(s)));
+  out.target_length = row.target_length;
+  return out;
 }
 
 }  // namespace megatron::data

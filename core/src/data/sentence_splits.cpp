@@ -12,10 +12,6 @@ namespace megatron::data {
 
 namespace {
 
-std::size_t slot(Split split) {
-  return static_cast<std::size_t>(split);
-}
-
 std::string split_text(Split split) {
   return std::string(split_name(split));
 }
@@ -23,7 +19,7 @@ std::string split_text(Split split) {
 // The documents of `split` in one dataset (the source has data for the split).
 ElementRange document_range(const SentenceDataset& source, const SplitSource& where, Split split) {
   const auto documents = static_cast<std::int64_t>(source.data.document_count());
-  return split_element_range(*where.matrix[slot(split)], documents);
+  return split_element_range(*where.matrix[split_slot(split)], documents);
 }
 
 // Why a split of one dataset has no documents, for messages.
@@ -60,8 +56,8 @@ void SentenceSplits::build(const std::array<std::int64_t, 3>& num_samples,
                            const SentenceMappingBuilder& build) {
   build_rank_zero_first(parallel_, [&] {
     for (Split split : kSplits) {
-      const std::int64_t wanted = num_samples[slot(split)];
-      splits_[slot(split)] = wanted > 0 ? build_split(split, wanted, build) : SplitData{};
+      const std::int64_t wanted = num_samples[split_slot(split)];
+      splits_[split_slot(split)] = wanted > 0 ? build_split(split, wanted, build) : SplitData{};
     }
   });
 }
@@ -146,11 +142,11 @@ SentenceSplits::Constituent SentenceSplits::build_constituent(
 }
 
 std::int64_t SentenceSplits::size(Split split) const {
-  return splits_[slot(split)].size;
+  return splits_[split_slot(split)].size;
 }
 
 SentenceSplits::Item SentenceSplits::locate(Split split, std::int64_t index) const {
-  const SplitData& data = splits_[slot(split)];
+  const SplitData& data = splits_[split_slot(split)];
   if (index < 0 || index >= data.size) {
     throw Error("sample " + std::to_string(index) + " of the " + split_text(split) +
                 " split does not exist: it has " + std::to_string(data.size) + " samples");

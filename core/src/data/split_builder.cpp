@@ -10,10 +10,6 @@ namespace megatron::data {
 
 namespace {
 
-std::size_t slot(Split split) {
-  return static_cast<std::size_t>(split);
-}
-
 std::string split_text(Split split) {
   return std::string(split_name(split));
 }
@@ -26,9 +22,9 @@ SplitSource split_source(const BlendConfig& config, Split split) {
     source.spec = &*config.blend;
     source.matrix = config.split_matrix;
   } else {
-    const auto& spec = config.blend_per_split[slot(split)];
+    const auto& spec = config.blend_per_split[split_slot(split)];
     source.spec = spec ? &*spec : nullptr;
-    source.matrix[slot(split)] = SplitBookends{0.0, 1.0};
+    source.matrix[split_slot(split)] = SplitBookends{0.0, 1.0};
     source.per_split_blend = true;
   }
   return source;
@@ -37,7 +33,7 @@ SplitSource split_source(const BlendConfig& config, Split split) {
 bool check_split_has_data(const config::ConfigTable& table, const BlendConfig& config,
                           const SplitSource& source, Split split, std::int64_t num_samples,
                           Logger* log) {
-  if (source.spec && source.matrix[slot(split)]) return true;
+  if (source.spec && source.matrix[split_slot(split)]) return true;
   const std::string reason = source.spec
                                  ? "zero weight in split \"" + config.split.value_or("") + "\""
                                  : "no " + per_split_key(split);

@@ -123,18 +123,8 @@ T5Sample make_t5_sample(std::span<const std::vector<std::int64_t>> sentences,
 T5Sample make_t5_sample(const IndexedDataset& dataset, const IndexArray& mapping,
                         std::int64_t sample_index, const T5SampleOptions& options,
                         const T5Vocabulary& vocabulary) {
-  const SampleMappingRow row = sample_mapping_row(mapping, sample_index);
-  if (row.first_sentence < 0 || row.first_sentence > row.end_sentence ||
-      static_cast<std::uint64_t>(row.end_sentence) > dataset.size()) {
-    throw Error("T5 sample " + std::to_string(sample_index) + ": sentences [" +
-                std::to_string(row.first_sentence) + ", " + std::to_string(row.end_sentence) +
-                ") are outside " + dataset.idx_file().string() + "'s " +
-                std::to_string(dataset.size()) + " sequences");
-  }
-  std::vector<std::vector<std::int64_t>> sentences;
-  for (std::int64_t s = row.first_sentence; s < row.end_sentence; ++s)
-    sentences.push_back(dataset.get(static_cast<std::size_t>(s)));
-  return make_t5_sample(sentences, row.target_length, sample_index, options, vocabulary);
+  const MappedSentences row = read_mapped_sentences(dataset, mapping, sample_index, "T5");
+  return make_t5_sample(row.sentences, row.target_length, sample_index, options, vocabulary);
 }
 
 }  // namespace megatron::data

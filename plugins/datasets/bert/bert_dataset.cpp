@@ -3,8 +3,6 @@
 // its cache, and samples as BERTMaskedWordPieceDataset.__getitem__.
 #include "bert_dataset.h"
 
-#include <numeric>
-
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
 
@@ -16,13 +14,7 @@ BertDataset::BertDataset(PluginContext& context)
       table_(context.config),
       options_(read_bert_data_options(context.config, context.core)),
       splits_(table_, options_.blends, options_.mid_level_dataset_surplus, log_, parallel_) {
-  try {
-    tokenizer_ = make_tokenizer(options_.tokenizer_type, options_.tokenizer_files);
-  } catch (const UsageError& e) {
-    table_.fail("tokenizer_type", e.what());
-  } catch (const Error& e) {
-    table_.fail("vocab_file", e.what());
-  }
+  tokenizer_ = data::open_masked_data_tokenizer(table_, options_);
   for (const auto& dataset : splits_.datasets()) {
     // build_mapping pairs sentences within documents; a document-level file (one sequence per
     // document) has none to pair.
@@ -34,24 +26,11 @@ BertDataset::BertDataset(PluginContext& context)
                                     "with --split-sentences (its files end in _sentence)");
     }
   }
-  const auto vocab = static_cast<TokenId>(tokenizer_->vocab_size());
-  std::vector<std::string> strings;
-  for (TokenId id = 0; id < vocab; ++id)
-    strings.push_back(tokenizer_->id_to_token(id));
-  continues_word_ = data::continues_word_table(strings);
-  token_lookup_.resize(static_cast<std::size_t>(vocab));
-  std::iota(token_lookup_.begin(), token_lookup_.end(), 0);
-  auto special = [&](SpecialToken role, const char* name) -> std::int64_t {
-    const auto id = tokenizer_->special_token(role);
-    if (!id) table_.fail("tokenizer_type", std::string("the tokenizer has no ") + name + " token");
-    return *id;
-  };
-  vocabulary_ = {special(SpecialToken::cls, "[CLS]"),
-                 special(SpecialToken::sep, "[SEP]"),
-                 special(SpecialToken::pad, "[PAD]"),
-                 special(SpecialToken::mask, "[MASK]"),
-                 continues_word_,
-                 token_lookup_};
+  try {
+    vocabulary_ = data::TokenizerVocabulary(*tokenizer_, /*random_replacements=*/true);
+  } catch (const Error& e) {
+    table_.fail("tokenizer_type", e.what());  // a special token is missing
+  }
   data::check_masking_options(options_.sample.masking);
 }
 
@@ -74,24 +53,20 @@ void BertDataset::build(const std::array<std::int64_t, 3>& num_samples) {
 
 data::SentenceMapping BertDataset::build_mapping(
     const data::SentenceMappingRequest& request) const {
-  data::GptDatasetIdentity identity = request.identity;
-  identity.tokenizer = data::wordpiece_tokenizer_identity(
-      options_.tokenizer_type == "BertWordPieceLowerCase", options_.tokenizer_files.vocab_file,
-      options_.tokenizer_files.vocab_extra_ids);
   const data::SentenceDataset& source = *request.source;
   data::SentenceMapping out;
-  out.cache_dir = options_.data_cache_path ? std::filesystem::path(*options_.data_cache_path)
-                                           : data::default_bert_cache_dir(source.prefix);
+  out.cache_dir = data::masked_cache_dir(options_, source.prefix, data::kBertDatasetClass);
   out.mapping = data::load_or_build_bert_sample_mapping(
-      out.cache_dir, identity, options_.sample, request.num_samples, source.document_indices,
-      request.documents.begin, request.documents.end, source.sentence_lengths, &out.built);
+      out.cache_dir, data::masked_dataset_identity(request, options_), options_.sample,
+      request.num_samples, source.document_indices, request.documents.begin, request.documents.end,
+      source.sentence_lengths, &out.built);
   return out;
 }
 
 void BertDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {
   const data::SentenceSplits::Item item = splits_.locate(split, index);
   const data::BertSample s = data::make_bert_sample(item.source->data, *item.mapping, item.index,
-                                                    options_.sample, vocabulary_);
+                                                    options_.sample, vocabulary_.wordpiece());
   auto copy = [](const std::vector<std::int64_t>& from, auto to) {
     for (std::size_t i = 0; i < from.size(); ++i)
       to[i] = static_cast<typename decltype(to)::value_type>(from[i]);

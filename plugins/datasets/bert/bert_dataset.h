@@ -6,11 +6,11 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "bert_options.h"
 #include "megatron/data/masked_samples.h"
 #include "megatron/data/sentence_splits.h"
+#include "megatron/data/tokenizer_vocabulary.h"
 #include "megatron/dataset.h"
 #include "megatron/plugin.h"
 
@@ -39,9 +39,7 @@ class BertDataset final : public Dataset {
   config::ConfigTable table_;  // a copy, for errors that point into the config file
   BertDataOptions options_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<std::uint8_t> continues_word_;
-  std::vector<std::int64_t> token_lookup_;
-  data::WordPieceVocabulary vocabulary_;
+  data::TokenizerVocabulary vocabulary_;
   data::SentenceSplits splits_;
 };
 

@@ -2,25 +2,13 @@
 // into BertDataOptions.
 #include "bert_options.h"
 
-#include <filesystem>
-
 #include "megatron/config/value.h"
 
 namespace megatron::bert_data {
 
-namespace {
-std::string absolute(const std::string& path) {
-  return std::filesystem::absolute(path).lexically_normal().string();
-}
-}  // namespace
-
 void declare_bert_data_config(config::TableSchema& s) {
   using config::Range;
-  data::declare_blend_keys(
-      s, {"sentence-level dataset prefixes (P.idx/P.bin from `preprocess --split-sentences`) "
-          "split by `split`: [\"P\"] or [weight, \"P\", weight, \"Q\", ...]; weights may also "
-          "be numbers in strings, as on Megatron's command line",
-          "train, valid, test weights over each dataset's documents, e.g. \"949,50,1\""});
+  data::declare_sentence_blend_keys(s);
   s.add({"seq_length",
          config::ValueKind::integer,
          config::Presence::required,
@@ -55,11 +43,7 @@ void declare_bert_data_config(config::TableSchema& s) {
 BertDataOptions read_bert_data_options(const config::ConfigTable& t,
                                        const config::CoreConfig& core) {
   BertDataOptions o;
-  o.blends = data::read_blend_config(t, "megatron-app preprocess --split-sentences");
-  o.tokenizer_type = t.string("tokenizer_type");
-  o.tokenizer_files.vocab_file = absolute(t.string("vocab_file"));
-  o.tokenizer_files.vocab_extra_ids = t.integer("vocab_extra_ids");
-  if (t.has("data_cache_path")) o.data_cache_path = absolute(t.string("data_cache_path"));
+  data::read_masked_data_options(t, o);
   o.sample.sequence_length = t.integer("seq_length");
   o.sample.classification_head = t.boolean("bert_binary_head");
   o.sample.seed = core.training.seed;

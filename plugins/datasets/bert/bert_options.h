@@ -2,27 +2,18 @@
 // pretraining data (pretrain_bert.py) and the options read from it.
 #pragma once
 
-#include <optional>
-#include <string>
-
 #include "megatron/config/core_config.h"
 #include "megatron/config/schema.h"
 #include "megatron/config/table.h"
-#include "megatron/data/blend.h"
-#include "megatron/data/blend_config.h"
+#include "megatron/data/masked_data_options.h"
 #include "megatron/data/masked_samples.h"
 #include "megatron/data/split.h"
-#include "megatron/tokenizer/tokenizer.h"
 
 namespace megatron::bert_data {
 
-struct BertDataOptions {
-  // Sentence-level datasets (P.idx / P.bin): data_path with `split`, or train/valid/test_data_path.
-  data::BlendConfig blends;
-  std::string tokenizer_type;
-  TokenizerFiles tokenizer_files;
-  std::optional<std::string> data_cache_path;
-  double mid_level_dataset_surplus = data::kDefaultMidLevelSurplus;
+// The blend, tokenizer and cache folder as data::read_masked_data_options reads them, and the
+// sample options.
+struct BertDataOptions : data::MaskedDataOptions {
   data::BertSampleOptions sample;  // sequence length, binary head, seed, masking
 };
 

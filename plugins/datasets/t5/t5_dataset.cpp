@@ -16,13 +16,7 @@ T5Dataset::T5Dataset(PluginContext& context)
       table_(context.config),
       options_(read_t5_data_options(context.config, context.core)),
       splits_(table_, options_.blends, options_.mid_level_dataset_surplus, log_, parallel_) {
-  try {
-    tokenizer_ = make_tokenizer(options_.tokenizer_type, options_.tokenizer_files);
-  } catch (const UsageError& e) {
-    table_.fail("tokenizer_type", e.what());
-  } catch (const Error& e) {
-    table_.fail("vocab_file", e.what());
-  }
+  tokenizer_ = data::open_masked_data_tokenizer(table_, options_);
   const bool talk = parallel_.world_rank() == 0;
   for (const auto& dataset : splits_.datasets()) {
     // Megatron's T5 takes one sentence per sample at least, so a document-level file works, but
@@ -34,27 +28,17 @@ T5Dataset::T5Dataset(PluginContext& context)
           dataset->prefix);
     }
   }
-  const auto vocab = static_cast<TokenId>(tokenizer_->vocab_size());
-  std::vector<std::string> strings;
-  for (TokenId id = 0; id < vocab; ++id)
-    strings.push_back(tokenizer_->id_to_token(id));
-  continues_word_ = data::continues_word_table(strings);
   for (const TokenId id : tokenizer_->additional_special_token_ids())
     sentinels_.push_back(id);
-  auto special = [&](SpecialToken role, const char* name) -> std::int64_t {
-    const auto id = tokenizer_->special_token(role);
-    if (!id) table_.fail("tokenizer_type", std::string("the tokenizer has no ") + name + " token");
-    return *id;
-  };
-  // T5 always masks with [MASK] internally, so no random-replacement lookup is needed.
-  vocabulary_.wordpiece = {special(SpecialToken::cls, "[CLS]"),
-                           special(SpecialToken::sep, "[SEP]"),
-                           special(SpecialToken::pad, "[PAD]"),
-                           special(SpecialToken::mask, "[MASK]"),
-                           continues_word_,
-                           {}};
-  vocabulary_.bos = special(SpecialToken::bos, "[BOS]");
-  vocabulary_.eos = special(SpecialToken::eos, "[EOS]");
+  try {
+    // T5 always masks with [MASK] internally, so no random-replacement lookup is needed.
+    wordpiece_ = data::TokenizerVocabulary(*tokenizer_, /*random_replacements=*/false);
+    vocabulary_.wordpiece = wordpiece_.wordpiece();
+    vocabulary_.bos = data::required_special_token(*tokenizer_, SpecialToken::bos, "[BOS]");
+    vocabulary_.eos = data::required_special_token(*tokenizer_, SpecialToken::eos, "[EOS]");
+  } catch (const Error& e) {
+    table_.fail("tokenizer_type", e.what());  // a special token is missing
+  }
   vocabulary_.sentinels = sentinels_;
   data::check_masking_options(options_.sample.masking);
   // A sample masks at most floor(mask_prob x (encoder length - 2)) tokens, so at most as many
@@ -89,18 +73,13 @@ void T5Dataset::build(const std::array<std::int64_t, 3>& num_samples) {
 }
 
 data::SentenceMapping T5Dataset::build_mapping(const data::SentenceMappingRequest& request) const {
-  data::GptDatasetIdentity identity = request.identity;
-  identity.tokenizer = data::wordpiece_tokenizer_identity(
-      options_.tokenizer_type == "BertWordPieceLowerCase", options_.tokenizer_files.vocab_file,
-      options_.tokenizer_files.vocab_extra_ids);
   const data::SentenceDataset& source = *request.source;
   data::SentenceMapping out;
-  out.cache_dir = options_.data_cache_path
-                      ? std::filesystem::path(*options_.data_cache_path)
-                      : data::default_masked_cache_dir(source.prefix, data::kT5DatasetClass);
+  out.cache_dir = data::masked_cache_dir(options_, source.prefix, data::kT5DatasetClass);
   out.mapping = data::load_or_build_t5_sample_mapping(
-      out.cache_dir, identity, options_.sample, request.num_samples, source.document_indices,
-      request.documents.begin, request.documents.end, source.sentence_lengths, &out.built);
+      out.cache_dir, data::masked_dataset_identity(request, options_), options_.sample,
+      request.num_samples, source.document_indices, request.documents.begin, request.documents.end,
+      source.sentence_lengths, &out.built);
   return out;
 }
 

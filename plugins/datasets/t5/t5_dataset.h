@@ -11,6 +11,7 @@
 
 #include "megatron/data/sentence_splits.h"
 #include "megatron/data/t5_samples.h"
+#include "megatron/data/tokenizer_vocabulary.h"
 #include "megatron/dataset.h"
 #include "megatron/plugin.h"
 #include "t5_options.h"
@@ -45,7 +46,7 @@ class T5Dataset final : public Dataset {
   config::ConfigTable table_;  // a copy, for errors that point into the config file
   T5DataOptions options_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<std::uint8_t> continues_word_;
+  data::TokenizerVocabulary wordpiece_;  // what vocabulary_.wordpiece points into
   std::vector<std::int64_t> sentinels_;
   data::T5Vocabulary vocabulary_;
   data::SentenceSplits splits_;

@@ -2,25 +2,13 @@
 // them into T5DataOptions.
 #include "t5_options.h"
 
-#include <filesystem>
-
 #include "megatron/config/value.h"
 
 namespace megatron::t5_data {
 
-namespace {
-std::string absolute(const std::string& path) {
-  return std::filesystem::absolute(path).lexically_normal().string();
-}
-}  // namespace
-
 void declare_t5_data_config(config::TableSchema& s) {
   using config::Range;
-  data::declare_blend_keys(
-      s, {"sentence-level dataset prefixes (P.idx/P.bin from `preprocess --split-sentences`) "
-          "split by `split`: [\"P\"] or [weight, \"P\", weight, \"Q\", ...]; weights may also "
-          "be numbers in strings, as on Megatron's command line",
-          "train, valid, test weights over each dataset's documents, e.g. \"949,50,1\""});
+  data::declare_sentence_blend_keys(s);
   // Megatron takes the encoder length from --encoder-seq-length or --seq-length, never both
   // (arguments.py). Its sample mapping targets encoder_seq_length - 2 tokens, at least 2.
   s.optional_integer("encoder_seq_length",
@@ -75,11 +63,7 @@ void declare_t5_data_config(config::TableSchema& s) {
 
 T5DataOptions read_t5_data_options(const config::ConfigTable& t, const config::CoreConfig& core) {
   T5DataOptions o;
-  o.blends = data::read_blend_config(t, "megatron-app preprocess --split-sentences");
-  o.tokenizer_type = t.string("tokenizer_type");
-  o.tokenizer_files.vocab_file = absolute(t.string("vocab_file"));
-  o.tokenizer_files.vocab_extra_ids = t.integer("vocab_extra_ids");
-  if (t.has("data_cache_path")) o.data_cache_path = absolute(t.string("data_cache_path"));
+  data::read_masked_data_options(t, o);
   o.sample.encoder_length =
       t.has("encoder_seq_length") ? t.integer("encoder_seq_length") : t.integer("seq_length");
   o.sample.decoder_length = t.integer("decoder_seq_length");

@@ -65,6 +65,16 @@ struct SampleMappingRow {
 };
 SampleMappingRow sample_mapping_row(const IndexArray& mapping, std::int64_t row);
 
+// Row `sample_index` of `mapping` read from `dataset`: the token ids of its sentences in order and
+// its target length, what make_bert_sample and make_t5_sample take. Throws megatron::Error
+// "<sample_kind> sample <i>: sentences [b, e) are outside ..." for a row outside the dataset.
+struct MappedSentences {
+  std::vector<std::vector<std::int64_t>> sentences;
+  std::int64_t target_length = 0;
+};
+MappedSentences read_mapped_sentences(const IndexedDataset& dataset, const IndexArray& mapping,
+                                      std::int64_t sample_index, std::string_view sample_kind);
+
 // ---- Masking (MaskedWordPieceDataset._create_masked_lm_predictions) -------------------------
 
 // MaskedWordPieceDatasetConfig's masking fields. The defaults are pretrain_bert.py's; T5

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -11,6 +12,10 @@ namespace megatron::data {
 
 enum class Split { kTrain = 0, kValid = 1, kTest = 2 };
 inline constexpr std::array<Split, 3> kSplits = {Split::kTrain, Split::kValid, Split::kTest};
+// The split's place in per-split arrays: train 0, valid 1, test 2.
+inline constexpr std::size_t split_slot(Split split) {
+  return static_cast<std::size_t>(split);
+}
 
 // Megatron's Split enum names ("train", "valid", "test"), used in cache file names.
 std::string_view split_name(Split split);
