@@ -232,6 +232,20 @@ TEST_F(BertBlendTest, WeightedBlendServesEachConstituentsSamplesInGreedyOrder) {
             plugin_sample(*alone[1], Split::kTrain, 0).text);
 }
 
+// mid_level_dataset_surplus sets how much more each constituent is built for than its share.
+TEST_F(BertBlendTest, SurplusSetsTheConstituentsSampleCounts) {
+  const std::string a = write_sentences(dir_.prefix("a"), 40, 2000, 1);
+  const std::string b = write_sentences(dir_.prefix("b"), 60, 5000, 2);
+  auto blend = create(bert_table("data_path = " + toml_list({"0.3", quoted(a), "0.7", quoted(b)}) +
+                                 "\nsplit = \"100,0,0\"\nmid_level_dataset_surplus = 0.5"));
+  blend->build({50, 0, 0});
+  // ceil(15 x 1.5) = 23 and ceil(35 x 1.5) = 53 (not 16 and 36 as with the default 0.005).
+  const CoreBert core;
+  EXPECT_TRUE(fs::exists(core.cached_mapping(a, Split::kTrain, "100,0,0", 23)));
+  EXPECT_TRUE(fs::exists(core.cached_mapping(b, Split::kTrain, "100,0,0", 53)));
+  EXPECT_FALSE(fs::exists(core.cached_mapping(a, Split::kTrain, "100,0,0", 16)));
+}
+
 TEST_F(BertBlendTest, UnweightedBlendUsesOneEpochOfEachWeighedByLength) {
   const std::string a = write_sentences(dir_.prefix("a"), 30, 2000, 3);
   const std::string b = write_sentences(dir_.prefix("b"), 15, 5000, 4);

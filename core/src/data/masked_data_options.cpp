@@ -26,6 +26,7 @@ void read_masked_data_options(const config::ConfigTable& t, MaskedDataOptions& o
   o.tokenizer_files.vocab_file = absolute(t.string("vocab_file"));
   o.tokenizer_files.vocab_extra_ids = t.integer("vocab_extra_ids");
   if (t.has("data_cache_path")) o.data_cache_path = absolute(t.string("data_cache_path"));
+  o.mid_level_dataset_surplus = t.real("mid_level_dataset_surplus");
 }
 
 std::unique_ptr<Tokenizer> open_masked_data_tokenizer(const config::ConfigTable& table,
