@@ -368,6 +368,83 @@ TEST(DecoderLayer, GradientsMatchFiniteDifferences) {
   expect_input_gradient(inputs.memory, dmemory, objective, "dmemory");
 }
 
+// T5's decoder self-attention (AttentionMask::causal_padding): a real position's output depends
+// on no later position and on no padding position, and the gradients match finite differences.
+TEST(DecoderLayer, CausalPaddingSelfAttentionSeesOnlyEarlierRealKeys) {
+  nn::TransformerConfig c = config();
+  c.normalization = nn::NormKind::layernorm;
+  c.hidden_dropout = 0;
+  c.attention_dropout = 0;
+  nn::LayerSpec spec;
+  spec.self_attention_mask = nn::AttentionMask::causal_padding;
+  ParameterSet params;
+  nn::ParamFactory f{params, Device::cpu(), DType::f64};
+  nn::TransformerLayer layer;
+  layer.declare(f, "decoder.layers.0", c, spec, 0);
+  randomize(params);
+
+  const std::int64_t s = 6;
+  // Sample 0 is all real; sample 1 has padding at positions 4 and 5.
+  std::vector<std::uint8_t> pad(static_cast<std::size_t>(kB * s), 0);
+  pad[static_cast<std::size_t>(s + 4)] = pad[static_cast<std::size_t>(s + 5)] = 1;
+  nn::LayerInputs inputs;
+  inputs.key_padding_mask = Tensor::from(pad, {kB, s});
+  const nn::LayerContext ctx{cpu(), false, 7, 1};
+  auto run = [&](const Tensor& x) {
+    Tensor y = Tensor::empty(x.shape(), DType::f64);
+    nn::TransformerLayer::Saved saved;
+    layer.forward(ctx, x, inputs, y, saved, false);
+    return y.to_vector<double>();
+  };
+  Tensor x = random_tensor({s, kB, kH}, 4);
+  const auto y = run(x);
+  // Change position 3 of sample 0 (causality) and the padding positions of sample 1.
+  Tensor changed = Tensor::empty(x.shape(), DType::f64);
+  cpu().copy(x, changed);
+  double* v = changed.data<double>();
+  for (std::int64_t e = 0; e < kH; ++e) {
+    v[(3 * kB + 0) * kH + e] += 1.0;
+    v[(4 * kB + 1) * kH + e] -= 2.0;
+    v[(5 * kB + 1) * kH + e] += 3.0;
+  }
+  const auto y2 = run(changed);
+  auto row_equal = [&](std::int64_t i, std::int64_t b) {
+    for (std::int64_t e = 0; e < kH; ++e) {
+      const auto at = static_cast<std::size_t>((i * kB + b) * kH + e);
+      if (y[at] != y2[at]) return false;
+    }
+    return true;
+  };
+  for (std::int64_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(row_equal(i, 0)) << "sample 0 position " << i << " saw a later position";
+  EXPECT_FALSE(row_equal(3, 0));
+  EXPECT_FALSE(row_equal(5, 0));
+  for (std::int64_t i = 0; i < 4; ++i)
+    EXPECT_TRUE(row_equal(i, 1)) << "sample 1 position " << i << " saw padding";
+
+  const Tensor w = random_tensor({s, kB, kH}, 5);
+  const auto objective = [&] {
+    const auto out = run(x);
+    double sum = 0;
+    const auto weights = w.to_vector<double>();
+    for (std::size_t e = 0; e < out.size(); ++e)
+      sum += out[e] * weights[e];
+    return sum;
+  };
+  Tensor y_keep = Tensor::empty(x.shape(), DType::f64), dx = Tensor::empty(x.shape(), DType::f64);
+  nn::TransformerLayer::Saved saved;
+  layer.forward(ctx, x, inputs, y_keep, saved, true);
+  layer.backward(ctx, w, inputs, saved, dx);
+  test::expect_gradients_match_finite_differences(params, objective);
+  expect_input_gradient(x, dx, objective, "dx");
+
+  // Without a padding mask the layer refuses, naming it.
+  nn::LayerInputs none;
+  Tensor y3 = Tensor::empty(x.shape(), DType::f64);
+  nn::TransformerLayer::Saved unused;
+  EXPECT_THROW(layer.forward(ctx, x, none, y3, unused, false), Error);
+}
+
 // A stack of a GPT-style layer then two decoder layers: dropout sites per spec (3 + 5 + 5), and
 // full recomputation of every layer gives the same output and gradients (the memory gradient
 // is added once per layer backward, never by the recomputed forwards).

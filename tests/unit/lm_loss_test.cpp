@@ -93,6 +93,7 @@ void check(const std::vector<double>& mask) {
   const auto w = random_values(kVocab * kHidden, 2), b = random_values(kVocab, 3);
   be.copy(Tensor::from(w, {kVocab, kHidden}), weight.value);
   be.copy(Tensor::from(b, {kVocab}), bias.value);
+  nn::zero_gradients(be, params);  // lm_loss accumulates into them
   std::vector<std::int32_t> labels(kRows);
   for (std::int64_t r = 0; r < kRows; ++r)  // BERT: -1 where nothing is predicted
     labels[static_cast<std::size_t>(r)] = mask[static_cast<std::size_t>(r)] != 0

@@ -51,8 +51,8 @@ AttentionParams SelfAttention::params(const LayerContext& ctx, const LayerInputs
                                       std::int64_t b) const {
   AttentionParams p;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.kv_channels)));
-  p.causal = mask_ == AttentionMask::causal;
-  if (mask_ == AttentionMask::padding) {
+  p.causal = mask_ == AttentionMask::causal || mask_ == AttentionMask::causal_padding;
+  if (mask_ == AttentionMask::padding || mask_ == AttentionMask::causal_padding) {
     if (!inputs.key_padding_mask.defined()) {
       throw Error("self-attention with a padding mask: the micro-batch gave no key padding mask");
     }

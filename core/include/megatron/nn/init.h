@@ -25,8 +25,9 @@ struct ParamFactory {
   DType dtype = DType::f32;
   TensorParallelism tp = {};
 
-  // Declares a parameter of global shape `shape` and allocates this rank's shard of it and a
-  // zeroed grad (meta: nothing allocated). partition_dim is recorded even when unsplit, so `plan`
+  // Declares a parameter of global shape `shape` and allocates this rank's shard of it and its
+  // grad, both uninitialised until initialize_parameters (or zero_gradients for the grad) runs
+  // (meta: nothing allocated). partition_dim is recorded even when unsplit, so `plan`
   // can derive per-rank sizes for any tensor-parallel size.
   Parameter& declare(const std::string& name, const Shape& shape, ParamInit init,
                      float init_std = 0, bool weight_decay = true, Split split = {});

@@ -9,8 +9,9 @@ namespace megatron::nn {
 
 // Which keys a query of self-attention sees.
 enum class AttentionMask {
-  causal,   // keys up to the query's own position (GPT)
-  padding,  // every key but the sample's padding (BERT, T5's encoder): bidirectional
+  causal,          // keys up to the query's own position (GPT)
+  padding,         // every key but the sample's padding (BERT, T5's encoder): bidirectional
+  causal_padding,  // keys up to the query's own position that are not padding (T5's decoder)
 };
 
 // The slots of one layer. Norm, MLP kind and sizes come from the stack's TransformerConfig.
