@@ -31,21 +31,36 @@ std::string thousands(std::int64_t n) {
   return out;
 }
 
-// The vocabulary and sequence length come from the [data] table's tokenizer keys, without
-// opening any data file (the planned job's data need not be on this machine).
-std::pair<std::int64_t, std::int64_t> vocab_and_seq(const Session& session) {
+// What the planned model is built from, read from the [data] table's tokenizer and sequence keys
+// without opening any data file (the planned job's data need not be on this machine).
+struct PlannedData {
+  std::int64_t vocab = 0, seq = 0;
+  SampleSpec fields;  // the per-sample shapes a model needs besides seq_length (T5's decoder)
+};
+
+PlannedData planned_data(const Session& session) {
   if (!session.selected_for("data")) {
     throw UsageError("plan: the config needs a [data] table (for seq_length and the tokenizer)");
   }
   const config::ConfigTable& data = session.config.table("data");
-  if (!data.has("seq_length") || !data.has("tokenizer_type")) {
-    throw UsageError("plan: [data] must give seq_length and tokenizer_type");
+  // T5's datasets call the encoder length encoder_seq_length (Megatron accepts either).
+  const char* seq_key = data.has("seq_length") ? "seq_length" : "encoder_seq_length";
+  if (!data.has(seq_key) || !data.has("tokenizer_type")) {
+    throw UsageError(
+        "plan: [data] must give seq_length (or encoder_seq_length) and tokenizer_type");
   }
   TokenizerFiles files;
   if (data.has("vocab_file")) files.vocab_file = data.string("vocab_file");
   if (data.has("merge_file")) files.merge_file = data.string("merge_file");
+  if (data.has("vocab_extra_ids")) files.vocab_extra_ids = data.integer("vocab_extra_ids");
   const auto tokenizer = make_tokenizer(data.string("tokenizer_type"), files);
-  return {static_cast<std::int64_t>(tokenizer->vocab_size()), data.integer("seq_length")};
+  PlannedData out{static_cast<std::int64_t>(tokenizer->vocab_size()), data.integer(seq_key), {}};
+  // An encoder-decoder dataset's decoder tokens, as the t5 dataset declares them.
+  if (data.has("decoder_seq_length")) {
+    out.fields.push_back(
+        {"text_dec", DType::i32, {data.integer("decoder_seq_length")}, FieldKind::token_ids});
+  }
+  return out;
 }
 
 }  // namespace
@@ -69,13 +84,14 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
 
   Session session = open_session(runtime, common, {});
   const config::CoreConfig& core = session.config.core();
-  const auto [vocab, seq] = vocab_and_seq(session);
+  const PlannedData planned = planned_data(session);
   ParallelState single = ParallelState::create(runtime, ParallelSizes{});
   // The model is built once per pipeline stage, as that stage's ranks build it, on the meta
   // device: each stage's parameters are what the model declares there (tied copies included).
   ModelBuildInfo info;
-  info.vocab_size = vocab;
-  info.seq_length = seq;
+  info.vocab_size = planned.vocab;
+  info.seq_length = planned.seq;
+  info.sample_fields = planned.fields;
   info.device = Device::meta();
   // Built as one tensor-parallel rank sees it, so the vocabulary is padded to a multiple of
   // make_vocab_size_divisible_by x TP exactly as in training (Megatron: 50257 -> 51200 at TP 8).

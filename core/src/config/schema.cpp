@@ -109,17 +109,17 @@ TableSchema& TableSchema::set_default(std::string_view name, ConfigValue value) 
   return *this;
 }
 
-TableSchema& TableSchema::restrict_choices(std::string_view name, std::vector<std::string> choices,
+TableSchema& TableSchema::set_choices(std::string_view name, std::vector<std::string> choices,
                                            std::string doc) {
-  KeySpec& key = declared(name, "restrict_choices");
+  KeySpec& key = declared(name, "set_choices");
   if (key.kind != ValueKind::string) {
-    throw Error("restrict_choices: key '" + key.name + "' of [" + table_name_ +
+    throw Error("set_choices: key '" + key.name + "' of [" + table_name_ +
                 "] is not a string key");
   }
   KeySpec narrowed = key;
   narrowed.choices = std::move(choices);
   if (key.presence == Presence::defaulted && !is_choice(narrowed, key.default_value)) {
-    throw Error("restrict_choices: the default of '" + key.name + "' in [" + table_name_ +
+    throw Error("set_choices: the default of '" + key.name + "' in [" + table_name_ +
                 "] is not among the new choices");
   }
   if (!doc.empty()) narrowed.doc = std::move(doc);

@@ -59,6 +59,7 @@ AttentionParams SelfAttention::params(const LayerContext& ctx, const LayerInputs
     p.key_padding_mask = inputs.key_padding_mask;
   }
   p.first_key = inputs.first_key;
+  p.bias = inputs.attention_bias;
   p.dropout_p = ctx.training ? config_.attention_dropout : 0.0f;
   p.seed = ctx.seed;
   // Attention dropout is inside the tensor-parallel region: each rank's probabilities (B, heads,
@@ -125,8 +126,19 @@ void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Ten
   Tensor dq = be.empty({s, b, np, hn}, dt), dk = be.empty({s, b, ng, hn}, dt),
          dv = be.empty({s, b, ng, hn}, dt);
   Tensor dq4 = bshd(dq), dk4 = bshd(dk), dv4 = bshd(dv);
+  Tensor dbias;
+  if (inputs.attention_bias.defined()) {
+    if (!inputs.attention_bias_grad) {
+      throw Error(
+          "self-attention with an attention bias: the micro-batch gave nowhere to add its "
+          "gradient (LayerInputs::attention_bias_grad)");
+    }
+    dbias = be.empty(inputs.attention_bias.shape(), inputs.attention_bias.dtype());
+  }
   be.attention_backward(bshd(dctx), bshd(saved.q), bshd(saved.k), bshd(saved.v), bshd(saved.out),
-                        saved.lse, params(ctx, inputs, dropout_site, s, b), dq4, dk4, dv4);
+                        saved.lse, params(ctx, inputs, dropout_site, s, b), dq4, dk4, dv4,
+                        dbias.defined() ? &dbias : nullptr);
+  if (dbias.defined()) be.axpy(1.0, dbias, *inputs.attention_bias_grad);
   if (rotary) {
     be.rotary_backward(dq4, rotary->cos, rotary->sin, dq4);
     be.rotary_backward(dk4, rotary->cos, rotary->sin, dk4);

@@ -28,8 +28,8 @@ Tensor sequence_major(Backend& be, const Tensor& batch_major) {
   return out;
 }
 
-TensorParallelism LayerStackModel::tensor_parallelism(const ModelBuildInfo& info,
-                                                      const std::string& name) {
+TensorParallelism model_tensor_parallelism(const ModelBuildInfo& info, const std::string& name,
+                                           const std::vector<std::int64_t>& seq_lengths) {
   TensorParallelism tp{info.tensor_comm, info.tp_rank, info.tp_size,
                        info.sequence_parallel && info.tp_size > 1};
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) {
@@ -46,12 +46,28 @@ TensorParallelism LayerStackModel::tensor_parallelism(const ModelBuildInfo& info
                 ", ModelBuildInfo says " + std::to_string(tp.rank) + " of " +
                 std::to_string(tp.size));
   }
-  if (tp.sp() && info.seq_length % tp.size != 0) {
-    throw ConfigError("sequence_parallel: seq_length (" + std::to_string(info.seq_length) +
-                      ") must be divisible by tensor_model_parallel_size (" +
-                      std::to_string(tp.size) + "): each rank holds an equal sequence shard");
+  for (const std::int64_t s : seq_lengths) {
+    if (tp.sp() && s % tp.size != 0) {
+      throw ConfigError("sequence_parallel: seq_length (" + std::to_string(s) +
+                        ") must be divisible by tensor_model_parallel_size (" +
+                        std::to_string(tp.size) + "): each rank holds an equal sequence shard");
+    }
   }
   return tp;
+}
+
+void assign_init_indices(ParameterSet& params, const ParameterSet& probe, const std::string& name) {
+  std::unordered_map<std::string, std::int64_t> index;
+  for (std::size_t i = 0; i < probe.size(); ++i)
+    index.emplace(probe[i].name, static_cast<std::int64_t>(i));
+  for (auto& p : params) {
+    auto it = index.find(p->name);
+    if (it == index.end()) {
+      throw Error(name + ": parameter " + p->name +
+                  " is declared on this pipeline stage but not in the whole model");
+    }
+    p->init_index = it->second;
+  }
 }
 
 void LayerStackModel::declare_all(ParamFactory& factory, const std::vector<LayerRange>& chunks,
@@ -81,7 +97,7 @@ void LayerStackModel::declare_all(ParamFactory& factory, const std::vector<Layer
 
 void LayerStackModel::build(const ModelBuildInfo& info) {
   info_ = info;
-  tp_ = tensor_parallelism(info, name_);
+  tp_ = model_tensor_parallelism(info, name_, {info.seq_length});
   if (info.pipeline.size < 1 || info.pipeline.rank < 0 ||
       info.pipeline.rank >= info.pipeline.size) {
     throw Error(name_ + ": pipeline rank " + std::to_string(info.pipeline.rank) + " of " +
@@ -115,22 +131,8 @@ void LayerStackModel::build(const ModelBuildInfo& info) {
   params_ = ParameterSet();
   ParamFactory factory{params_, info.device, info.param_dtype, tp_};
   declare_all(factory, info.pipeline.chunks, holds_pre_process(), holds_post_process());
-  assign_init_indices();
+  assign_init_indices(params_, probe_params_, name_);
   if (!info.device.is_meta()) initialize_parameters(backend_for(info.device), params_, info.seed);
-}
-
-void LayerStackModel::assign_init_indices() {
-  std::unordered_map<std::string, std::int64_t> index;
-  for (std::size_t i = 0; i < probe_params_.size(); ++i)
-    index.emplace(probe_params_[i].name, static_cast<std::int64_t>(i));
-  for (auto& p : params_) {
-    auto it = index.find(p->name);
-    if (it == index.end()) {
-      throw Error(name_ + ": parameter " + p->name +
-                  " is declared on this pipeline stage but not in the whole model");
-    }
-    p->init_index = it->second;
-  }
 }
 
 LayerContext LayerStackModel::context(const StepOptions& options) const {
@@ -298,20 +300,24 @@ void LayerStackModel::share_word_embeddings(Parameter& word_embeddings, bool unt
 }
 
 std::string LayerStackModel::describe_layout(const std::string& architecture) const {
+  return describe_model_layout(architecture, params_.numel(), tp_, info_.pipeline);
+}
+
+std::string describe_model_layout(const std::string& architecture, std::int64_t numel,
+                                  const TensorParallelism& tp, const PipelinePlacement& pipeline) {
   std::ostringstream out;
-  out << architecture << ", " << params_.numel() << " parameters";
+  out << architecture << ", " << numel << " parameters";
   // Megatron's "number of parameters on (tensor, pipeline) model parallel rank": this rank's.
-  const bool pp = info_.pipeline.size > 1;
-  if (tp_.split() || pp) out << " on this rank (";
-  if (tp_.split()) {
-    out << "tensor-parallel rank " << tp_.rank << " of " << tp_.size
-        << (tp_.sp() ? ", sequence parallel" : "");
+  const bool pp = pipeline.size > 1;
+  if (tp.split() || pp) out << " on this rank (";
+  if (tp.split()) {
+    out << "tensor-parallel rank " << tp.rank << " of " << tp.size
+        << (tp.sp() ? ", sequence parallel" : "");
   }
-  if (pp) {
-    out << (tp_.split() ? "; " : "") << "pipeline stage " << info_.pipeline.rank << " of "
-        << info_.pipeline.size;
-  }
-  if (tp_.split() || pp) out << ")";
+  if (pp)
+    out << (tp.split() ? "; " : "") << "pipeline stage " << pipeline.rank << " of "
+        << pipeline.size;
+  if (tp.split() || pp) out << ")";
   return out.str();
 }
 

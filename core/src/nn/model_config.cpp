@@ -94,9 +94,10 @@ ModelConfig parse_model_config(const config::ConfigTable& t) {
   tc.init_method_std = static_cast<float>(t.real("init_method_std"));
 
   const std::string& pos = t.string("position_embedding_type");
-  c.position_embedding = pos == "rope"   ? PositionEmbedding::rope
-                         : pos == "none" ? PositionEmbedding::none
-                                         : PositionEmbedding::learned_absolute;
+  c.position_embedding = pos == "rope"       ? PositionEmbedding::rope
+                         : pos == "none"     ? PositionEmbedding::none
+                         : pos == "relative" ? PositionEmbedding::relative
+                                             : PositionEmbedding::learned_absolute;
   c.max_position_embeddings = t.find_integer("max_position_embeddings").value_or(0);
   c.rotary_percent = t.real("rotary_percent");
   c.rotary_base = t.real("rotary_base");

@@ -37,7 +37,7 @@ void declare_config(TableSchema& schema) {
       .set_default("hidden_dropout", 0.0)
       .set_default("attention_dropout", 0.0)
       .set_default("position_embedding_type", std::string("rope"))
-      .restrict_choices("position_embedding_type", {"rope"},  // no learned position table
+      .set_choices("position_embedding_type", {"rope"},  // no learned position table
                         "position encoding (rotary only)");
 }
 

@@ -173,7 +173,7 @@ TEST(Config, DeclaredKeysTakeNewDefaultsAndNarrowerChoices) {
   keys.set_default("repeat", std::int64_t{4})
       .set_default("label", std::string("none"))
       .set_default("mode", std::string("slow"))
-      .restrict_choices("mode", {"slow", "exact"}, "how (no fast mode here)");
+      .set_choices("mode", {"slow", "exact"}, "how (no fast mode here)");
   auto c = parse_config("[task]\ntype = \"demo\"\n");
   const auto& t = c.validate_plugin_table(config::plugin_table_schema("task", "demo", keys));
   EXPECT_EQ(t.integer("repeat"), 4);
@@ -186,8 +186,8 @@ TEST(Config, DeclaredKeysTakeNewDefaultsAndNarrowerChoices) {
   EXPECT_THROW(keys.set_default("missing", std::int64_t{1}), Error);
   EXPECT_THROW(keys.set_default("repeat", std::string("four")), Error);  // not an integer
   EXPECT_THROW(keys.set_default("mode", std::string("fast")), Error);    // no longer a choice
-  EXPECT_THROW(keys.restrict_choices("mode", {"exact"}), Error);         // default "slow" left out
-  EXPECT_THROW(keys.restrict_choices("repeat", {"1"}), Error);           // not a string key
+  EXPECT_THROW(keys.set_choices("mode", {"exact"}), Error);         // default "slow" left out
+  EXPECT_THROW(keys.set_choices("repeat", {"1"}), Error);           // not a string key
 }
 
 }  // namespace

@@ -88,10 +88,11 @@ class TableSchema {
   // making it defaulted. Throws Error when the key is not declared or `value` is not of its kind
   // (or, for a key with choices, not one of them).
   TableSchema& set_default(std::string_view name, ConfigValue value);
-  // Narrows a declared string key to `choices` (which must include its default), with new
-  // documentation when `doc` is not empty. Throws Error like set_default.
-  TableSchema& restrict_choices(std::string_view name, std::vector<std::string> choices,
-                                std::string doc = {});
+  // Replaces a declared string key's choices (a plugin narrows the shared ones, or adds its own:
+  // T5's `relative` positions); they must include its default. New documentation when `doc` is
+  // not empty. Throws Error like set_default.
+  TableSchema& set_choices(std::string_view name, std::vector<std::string> choices,
+                           std::string doc = {});
 
  private:
   KeySpec& declared(std::string_view name, const char* what);

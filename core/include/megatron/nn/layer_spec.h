@@ -41,6 +41,12 @@ struct LayerInputs {
   // Shaped as memory: every cross-attention layer's backward ADDS its gradient w.r.t. memory
   // here (the caller zeroes it before the decoder's backward and hands it to the encoder's).
   Tensor* memory_grad = nullptr;
+  // Additive score bias of every self-attention layer (T5's relative position bias): (this rank's
+  // heads, S, S) in the layers' dtype on the model's device (AttentionParams::bias), or undefined.
+  Tensor attention_bias{};
+  // Shaped as attention_bias: every self-attention layer's backward ADDS the bias's gradient here
+  // (the caller zeroes it before the stack's backward); required when attention_bias is defined.
+  Tensor* attention_bias_grad = nullptr;
 };
 
 }  // namespace megatron::nn

@@ -24,6 +24,19 @@ namespace megatron::nn {
 // backend's device.
 Tensor sequence_major(Backend& backend, const Tensor& batch_major);
 
+// ---- pieces every model's build shares (LayerStackModel's, and T5's two stacks) ----------------
+// This rank's tensor parallelism from the build info, checked (rank in range, the communicator
+// there and agreeing, every sequence length in `seq_lengths` divisible under sequence
+// parallelism); `name` prefixes the errors.
+TensorParallelism model_tensor_parallelism(const ModelBuildInfo& info, const std::string& name,
+                                           const std::vector<std::int64_t>& seq_lengths);
+// Gives each parameter of `params` its index in `probe` (the whole model declared on the meta
+// device), so parameter k draws Philox stream k whatever the layout.
+void assign_init_indices(ParameterSet& params, const ParameterSet& probe, const std::string& name);
+// "GPT: 4 layers, hidden 128, ..., N parameters on this rank (tensor-parallel rank ...)".
+std::string describe_model_layout(const std::string& architecture, std::int64_t numel,
+                                  const TensorParallelism& tp, const PipelinePlacement& pipeline);
+
 class LayerStackModel : public Model {
  public:
   // A plugin's per-micro-batch state of its pre- or post-process, kept for backward.
@@ -121,8 +134,6 @@ class LayerStackModel : public Model {
   };
   void declare_all(ParamFactory& factory, const std::vector<LayerRange>& chunks, bool pre,
                    bool post);
-  void assign_init_indices();
-  static TensorParallelism tensor_parallelism(const ModelBuildInfo& info, const std::string& name);
 
   std::string name_, stack_prefix_;
   ModelBuildInfo info_;

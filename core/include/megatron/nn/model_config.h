@@ -12,7 +12,8 @@
 
 namespace megatron::nn {
 
-enum class PositionEmbedding { learned_absolute, rope, none };
+// `relative` (T5's bucketed bias) only where a plugin adds it to position_embedding_type's choices.
+enum class PositionEmbedding { learned_absolute, rope, none, relative };
 enum class Recompute { none, selective, full };
 enum class RecomputeMethod { uniform, block };
 
