@@ -290,12 +290,14 @@ Parameter* LayerStackModel::declare_output_weight(ParamFactory& factory, bool wi
       &factory.declare("embedding.word_embeddings.weight", {padded_vocab_, tc.hidden_size},
                        ParamInit::normal, tc.init_method_std, true, Split{0, 1});
   copy->shared_across_pipeline = true;
+  copy->pipeline_holders = {0, info_.pipeline.size - 1};
   return copy;
 }
 
 void LayerStackModel::share_word_embeddings(Parameter& word_embeddings, bool untied) {
   if (!untied && !holds_post_process() && info_.pipeline.size > 1) {
     word_embeddings.shared_across_pipeline = true;
+    word_embeddings.pipeline_holders = {0, info_.pipeline.size - 1};
   }
 }
 

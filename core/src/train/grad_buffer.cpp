@@ -93,6 +93,7 @@ GradBuffers::GradBuffers(ParameterSet& params, Communicator& data, Backend& back
     shard.partition_rank = p.partition_rank;
     shard.sequence_parallel = p.sequence_parallel;
     shard.shared_across_pipeline = p.shared_across_pipeline;
+    shard.pipeline_holders = p.pipeline_holders;
     shard.init = p.init;
     shard.init_std = p.init_std;
     shard.weight_decay = p.weight_decay;

@@ -2,6 +2,7 @@
 // gradient norm with every number counted exactly once.
 #include "grad_norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -17,26 +18,66 @@ void allreduce_sequence_parallel_grads(ParameterSet& params, const ParallelState
   }
 }
 
-void allreduce_shared_embedding_grads(ParameterSet& params, const ParallelState& parallel) {
-  if (parallel.pp_size() <= 1 || !parallel.in_group(Group::embedding)) return;
-  if (parallel.group_size(Group::embedding) <= 1) return;
-  Communicator& embedding = parallel.device_comm(Group::embedding);
+void allreduce_shared_pipeline_grads(ParameterSet& params, const ParallelState& parallel) {
+  if (parallel.pp_size() <= 1) return;
+  const int me = parallel.pp_rank();
+  // The same order on every stage whatever each declared first: by name.
+  std::vector<Parameter*> shared;
   for (auto& p : params) {
-    if (!p->shared_across_pipeline) continue;
-    embedding.all_reduce(p->grad.raw_data(), static_cast<std::size_t>(p->grad.numel()),
-                         p->grad.dtype(), ReduceOp::sum);
+    if (p->shared_across_pipeline && p->pipeline_holders.size() > 1) shared.push_back(p.get());
   }
+  if (shared.empty()) return;
+  std::sort(shared.begin(), shared.end(),
+            [](const Parameter* a, const Parameter* b) { return a->name < b->name; });
+  Communicator& pipe = parallel.device_comm(Group::pipeline);
+  constexpr int kToFirst = 30000, kFromFirst = 30001;  // clear of the schedule's tags (< MPI_TAG_UB)
+  auto count = [](const Parameter* p) { return static_cast<std::size_t>(p->grad.numel()); };
+  // Every copy but the first holder's goes to it; sends are asynchronous, so a rank that is first
+  // holder of one parameter and not of another never waits on itself.
+  std::vector<CommHandle> sends;
+  for (Parameter* p : shared) {
+    if (p->pipeline_holders.front() != me) {
+      sends.push_back(pipe.send_async(p->grad.raw_data(), count(p), p->grad.dtype(),
+                                      p->pipeline_holders.front(), kToFirst));
+    }
+  }
+  for (Parameter* p : shared) {
+    if (p->pipeline_holders.front() != me) continue;
+    Backend& be = backend_for(p->grad.device());
+    Tensor received = be.empty(p->grad.shape(), p->grad.dtype());
+    for (std::size_t i = 1; i < p->pipeline_holders.size(); ++i) {
+      pipe.recv(received.raw_data(), count(p), p->grad.dtype(), p->pipeline_holders[i], kToFirst);
+      be.axpy(1.0, received, p->grad);
+    }
+  }
+  for (CommHandle& h : sends)
+    h.wait();
+  sends.clear();
+  for (Parameter* p : shared) {
+    if (p->pipeline_holders.front() != me) continue;
+    for (std::size_t i = 1; i < p->pipeline_holders.size(); ++i) {
+      sends.push_back(pipe.send_async(p->grad.raw_data(), count(p), p->grad.dtype(),
+                                      p->pipeline_holders[i], kFromFirst));
+    }
+  }
+  for (Parameter* p : shared) {
+    if (p->pipeline_holders.front() != me) {
+      pipe.recv(p->grad.raw_data(), count(p), p->grad.dtype(), p->pipeline_holders.front(),
+                kFromFirst);
+    }
+  }
+  for (CommHandle& h : sends)
+    h.wait();
 }
 
 double global_grad_norm(Backend& backend, const ParameterSet& params, const ParallelState& parallel,
                         bool sharded_over_data) {
   const bool tp_rank0 = parallel.tp_rank() <= 0;
-  const bool first_stage = parallel.pp_rank() <= 0;
   std::vector<const Tensor*> counted;
   for (const auto& p : params) {
-    // The last stage's copy of a tied embedding repeats the first stage's (Megatron's
+    // Another stage's copy of a shared parameter repeats its first holder's (Megatron's
     // param_is_not_shared).
-    if (p->shared_across_pipeline && !first_stage) continue;
+    if (!p->first_pipeline_holder(parallel.pp_rank())) continue;
     // A tensor-parallel shard is this rank's own numbers; a replicated parameter is the same on
     // every tensor-parallel rank, so only rank 0 counts it.
     if (p->partition_count > 1 || tp_rank0) counted.push_back(&p->grad);

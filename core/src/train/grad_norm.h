@@ -13,9 +13,11 @@ namespace megatron::train {
 // tensor-parallel rank holds the partial sum over its sequence shard.
 void allreduce_sequence_parallel_grads(ParameterSet& params, const ParallelState& parallel);
 
-// Sums over Group::embedding (first and last pipeline stage) the grads of parameters held by
-// both (`shared_across_pipeline`: a tied word embedding), so the two copies get the same update.
-void allreduce_shared_embedding_grads(ParameterSet& params, const ParallelState& parallel);
+// Sums the grads of every parameter held by several pipeline stages (`shared_across_pipeline`,
+// over its `pipeline_holders`) so all copies get the same update: the first holder adds the
+// others' copies in stage order and sends the sum back, point to point over Group::pipeline
+// (any set of stages, with no communicator per set). Called by every pipeline rank.
+void allreduce_shared_pipeline_grads(ParameterSet& params, const ParallelState& parallel);
 
 // The L2 norm of every gradient element of the model, each counted once: parameters replicated
 // over tensor-parallel ranks count on tp rank 0 only; squares are summed over the model-parallel

@@ -266,7 +266,7 @@ TrainSummary Trainer::run() {
     // hold reduced gradients. Tensor-parallel peers shard alike (same buffer layout), and each
     // stage's copy of a tied embedding has a bucket of its own, so the pipeline peers do too.
     allreduce_sequence_parallel_grads(opt_params, parallel);
-    allreduce_shared_embedding_grads(opt_params, parallel);
+    allreduce_shared_pipeline_grads(opt_params, parallel);
     const double loss = sums.objective();
 
     if (scale != 1.0f) {

@@ -104,9 +104,9 @@ std::string Trainer::Impl::save_checkpoint() {
       t.partition_dim = p.partition_dim;
       t.runs = shard_runs(p);
     }
-    // A tied embedding's last-stage copy equals the first stage's, which is the one written.
+    // A parameter's copies on several pipeline stages are equal; its first holder writes it.
     t.write = dp_writer && (tensor_parallel_shard(p) || tp_first) &&
-              !(p.shared_across_pipeline && parallel.pp_rank() > 0);
+              p.first_pipeline_holder(parallel.pp_rank());
     if (t.write) t.local = to_host(local);
     slices.emplace(path, std::move(t));
   };
