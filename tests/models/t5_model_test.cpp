@@ -255,12 +255,72 @@ TEST(T5Model, RefusesWhatItCannotRun) {
   ModelBuildInfo gpt_data = build_info(DType::f32);
   gpt_data.sample_fields = {{"tokens", DType::i32, {kEnc}, FieldKind::token_ids}};
   refuse(tiny_config(), gpt_data, "text_dec");
+  // 2 + 1 layers cannot fill whole encoder stages then whole decoder stages on 2 stages.
   ModelBuildInfo pipeline = build_info(DType::f32);
   pipeline.pipeline.size = 2;
-  refuse(tiny_config(), pipeline, "pipeline_model_parallel_size");
+  pipeline.pipeline.chunks = {{0, 1}};
+  refuse(tiny_config(), pipeline, "T5 runs whole encoder stages, then whole decoder stages");
+  ModelBuildInfo interleaved = build_info(DType::f32);
+  interleaved.pipeline.size = 1;
+  interleaved.pipeline.chunks = {{0, 2}, {2, 1}};
+  refuse(tiny_config(), interleaved, "interleaved");
   T5Config short_table = tiny_config();
   short_table.model.max_position_embeddings = 8;
   refuse(short_table, build_info(DType::f32), "max_position_embeddings");
+}
+
+TEST(T5Model, PipelineStagesHoldWholeStacksAndShareTheirCopies) {
+  // 2 + 2 layers on 4 stages: two encoder stages, then two decoder stages.
+  T5Config c = tiny_config(nn::PositionEmbedding::relative);
+  c.decoder_num_layers = c.model.transformer.num_layers = 2;
+  std::vector<std::unique_ptr<T5Model>> stages;
+  for (int r = 0; r < 4; ++r) {
+    ModelBuildInfo info = build_info(DType::f32);
+    info.pipeline.rank = r;
+    info.pipeline.size = 4;
+    info.pipeline.chunks = {{r, 1}};
+    stages.push_back(std::make_unique<T5Model>(c));
+    stages.back()->build(info);
+  }
+  auto holders = [&](int stage, const std::string& name) {
+    const Parameter* p = stages[static_cast<std::size_t>(stage)]->parameters().find(name);
+    return p ? p->pipeline_holders : std::vector<int>{-1};
+  };
+  const std::string word = "embedding.word_embeddings.weight";
+  EXPECT_EQ(holders(0, word), (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(holders(2, word), (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(holders(3, word), (std::vector<int>{0, 2, 3}));  // the tied head's copy
+  EXPECT_EQ(holders(1, word), (std::vector<int>{-1}));
+  const std::string enc_table = "encoder_relative_pos_emb.relative_attention_bias.weight";
+  const std::string dec_table = "decoder_relative_pos_emb.relative_attention_bias.weight";
+  EXPECT_EQ(holders(1, enc_table), (std::vector<int>{0, 1}));
+  EXPECT_EQ(holders(3, dec_table), (std::vector<int>{2, 3}));
+  EXPECT_EQ(holders(2, enc_table), (std::vector<int>{-1}));
+  auto holds = [&](int stage, const std::string& name) {
+    return stages[static_cast<std::size_t>(stage)]->parameters().find(name) != nullptr;
+  };
+  EXPECT_TRUE(holds(0, "encoder.layers.0.self_attention.linear_qkv.weight"));
+  EXPECT_TRUE(holds(1, "encoder.layers.1.self_attention.linear_qkv.weight"));
+  EXPECT_TRUE(holds(1, "encoder.final_layernorm.weight"));
+  EXPECT_FALSE(holds(0, "encoder.final_layernorm.weight"));
+  EXPECT_TRUE(holds(2, "decoder.layers.0.cross_attention.linear_kv.weight"));
+  EXPECT_TRUE(holds(3, "decoder.layers.1.cross_attention.linear_kv.weight"));
+  EXPECT_TRUE(holds(3, "lm_head.output_layer.bias"));
+  EXPECT_FALSE(holds(2, "lm_head.output_layer.bias"));
+  // Every copy starts equal: the same name draws the same initialisation stream.
+  const Tensor& first = stages[0]->parameters().find(word)->value;
+  const Tensor& last = stages[3]->parameters().find(word)->value;
+  for (std::int64_t i = 0; i < first.numel(); ++i)
+    ASSERT_EQ(first.data<float>()[i], last.data<float>()[i]);
+  // What passes between the stages.
+  EXPECT_EQ(stages[0]->stage_inputs(1, 2)[0].name, "hidden");
+  EXPECT_EQ(stages[0]->stage_inputs(2, 2).size(), 1u);
+  EXPECT_EQ(stages[0]->stage_inputs(2, 2)[0].name, "encoder_output");
+  EXPECT_EQ(stages[0]->stage_inputs(2, 2)[0].shape, (Shape{kEnc, 2, 16}));
+  const SampleSpec later = stages[0]->stage_inputs(3, 2);
+  ASSERT_EQ(later.size(), 2u);
+  EXPECT_EQ(later[0].shape, (Shape{kDec, 2, 16}));
+  EXPECT_EQ(later[1].name, "encoder_output");
 }
 
 }  // namespace
