@@ -100,11 +100,17 @@ T5Sample make_t5_sample(std::span<const std::vector<std::int64_t>> sentences,
   const auto encoder_tokens = static_cast<std::int64_t>(out.text_enc.size());
   const auto decoder_tokens = static_cast<std::int64_t>(out.text_dec.size());
   if (decoder_tokens > options.decoder_length) {
-    throw Error(name + " needs " + std::to_string(decoder_tokens) + " decoder tokens (<bos>, " +
-                std::to_string(masked.spans.size()) + " sentinels and " +
-                std::to_string(masked.positions.size()) +
-                " masked tokens) but decoder_seq_length is " +
-                std::to_string(options.decoder_length));
+    // A configuration error (exit 2), found where Megatron's assert fires: at the first sample
+    // that does not fit, which may come late in a run (earlier checkpoints stay intact).
+    const auto bound =
+        1 + 2 * static_cast<std::int64_t>(options.masking.masking_probability *
+                                          static_cast<double>(options.encoder_length - 2));
+    throw ConfigError(
+        name + " needs " + std::to_string(decoder_tokens) + " decoder tokens (<bos>, " +
+        std::to_string(masked.spans.size()) + " sentinels and " +
+        std::to_string(masked.positions.size()) + " masked tokens) but decoder_seq_length is " +
+        std::to_string(options.decoder_length) + "; raise [data] decoder_seq_length (" +
+        std::to_string(bound) + " fits any sample of this encoder length)");
   }
   const auto encoder_size = static_cast<std::size_t>(options.encoder_length);
   const auto decoder_size = static_cast<std::size_t>(options.decoder_length);

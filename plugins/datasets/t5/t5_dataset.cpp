@@ -89,6 +89,9 @@ void T5Dataset::get(data::Split split, std::int64_t index, const SampleSlots& ou
   try {
     s = data::make_t5_sample(item.source->data, *item.mapping, item.index, options_.sample,
                              vocabulary_);
+  } catch (const ConfigError& e) {  // a setting that does not fit the data: still exit 2
+    throw ConfigError("the " + std::string(data::split_name(split)) + " split of " +
+                      item.source->prefix + ": " + e.what());
   } catch (const Error& e) {
     throw Error("the " + std::string(data::split_name(split)) + " split of " + item.source->prefix +
                 ": " + e.what());
