@@ -11,6 +11,7 @@
 #include "bert_model.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
+#include "perturb_parameters.h"
 
 using namespace megatron;
 
@@ -31,18 +32,6 @@ bert::BertConfig variant_config(const std::string& variant) {
   c.model.max_position_embeddings = 32;
   c.binary_head = true;
   return c;
-}
-
-// Megatron initialises biases and norm biases to zero and norm weights to one; perturb them so a
-// bias or norm parameter used wrongly cannot hide behind its initial value.
-void perturb_constant_parameters(nn::LayerStackModel& model, std::mt19937& rng) {
-  std::normal_distribution<float> noise(0.0f, 0.05f);
-  for (auto& p : model.parameters()) {
-    if (p->init == ParamInit::normal) continue;
-    float* v = p->value.data<float>();
-    for (std::int64_t i = 0; i < p->value.numel(); ++i)
-      v[i] += noise(rng);
-  }
 }
 
 // The LM head on the final hidden states (rows s * B + b, h), written out here from Megatron's
@@ -107,7 +96,7 @@ int main(int argc, char** argv) {
     model.build(info);
 
     std::mt19937 rng(42);
-    perturb_constant_parameters(model, rng);
+    reference::perturb_constant_parameters(model.parameters(), rng);
 
     // [CLS] A [SEP] B [SEP] then padding, as BERTMaskedWordPieceDataset lays samples out.
     std::vector<std::int32_t> text(batch * seq, pad), types(batch * seq, pad),

@@ -9,6 +9,7 @@
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 #include "megatron/nn/init.h"
+#include "perturb_parameters.h"
 #include "t5_model.h"
 
 using namespace megatron;
@@ -32,16 +33,6 @@ t5::T5Config variant_config(const std::string& variant) {
   return c;
 }
 
-void perturb_constant_parameters(ParameterSet& params, std::mt19937& rng) {
-  std::normal_distribution<float> noise(0.0f, 0.05f);
-  for (auto& p : params) {
-    if (p->init == ParamInit::normal) continue;
-    float* v = p->value.data<float>();
-    for (std::int64_t i = 0; i < p->value.numel(); ++i)
-      v[i] += noise(rng);
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,7 +52,7 @@ int main(int argc, char** argv) {
     info.seed = 1234;
     model.build(info);
     std::mt19937 rng(42);
-    perturb_constant_parameters(model.parameters(), rng);
+    reference::perturb_constant_parameters(model.parameters(), rng);
 
     auto tokens = [&](std::int64_t s, const std::int64_t* real, std::vector<std::int32_t>& ids,
                       std::vector<std::int32_t>& mask) {
