@@ -110,11 +110,10 @@ TableSchema& TableSchema::set_default(std::string_view name, ConfigValue value) 
 }
 
 TableSchema& TableSchema::set_choices(std::string_view name, std::vector<std::string> choices,
-                                           std::string doc) {
+                                      std::string doc) {
   KeySpec& key = declared(name, "set_choices");
   if (key.kind != ValueKind::string) {
-    throw Error("set_choices: key '" + key.name + "' of [" + table_name_ +
-                "] is not a string key");
+    throw Error("set_choices: key '" + key.name + "' of [" + table_name_ + "] is not a string key");
   }
   KeySpec narrowed = key;
   narrowed.choices = std::move(choices);

@@ -30,7 +30,8 @@ void allreduce_shared_pipeline_grads(ParameterSet& params, const ParallelState& 
   std::sort(shared.begin(), shared.end(),
             [](const Parameter* a, const Parameter* b) { return a->name < b->name; });
   Communicator& pipe = parallel.device_comm(Group::pipeline);
-  constexpr int kToFirst = 30000, kFromFirst = 30001;  // clear of the schedule's tags (< MPI_TAG_UB)
+  constexpr int kToFirst = 30000,
+                kFromFirst = 30001;  // clear of the schedule's tags (< MPI_TAG_UB)
   auto count = [](const Parameter* p) { return static_cast<std::size_t>(p->grad.numel()); };
   // Every copy but the first holder's goes to it; sends are asynchronous, so a rank that is first
   // holder of one parameter and not of another never waits on itself.

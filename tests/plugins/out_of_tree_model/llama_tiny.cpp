@@ -38,7 +38,7 @@ void declare_config(TableSchema& schema) {
       .set_default("attention_dropout", 0.0)
       .set_default("position_embedding_type", std::string("rope"))
       .set_choices("position_embedding_type", {"rope"},  // no learned position table
-                        "position encoding (rotary only)");
+                   "position encoding (rotary only)");
 }
 
 // ---- the model --------------------------------------------------------------------------------

@@ -186,8 +186,8 @@ TEST(Config, DeclaredKeysTakeNewDefaultsAndNarrowerChoices) {
   EXPECT_THROW(keys.set_default("missing", std::int64_t{1}), Error);
   EXPECT_THROW(keys.set_default("repeat", std::string("four")), Error);  // not an integer
   EXPECT_THROW(keys.set_default("mode", std::string("fast")), Error);    // no longer a choice
-  EXPECT_THROW(keys.set_choices("mode", {"exact"}), Error);         // default "slow" left out
-  EXPECT_THROW(keys.set_choices("repeat", {"1"}), Error);           // not a string key
+  EXPECT_THROW(keys.set_choices("mode", {"exact"}), Error);              // default "slow" left out
+  EXPECT_THROW(keys.set_choices("repeat", {"1"}), Error);                // not a string key
 }
 
 }  // namespace

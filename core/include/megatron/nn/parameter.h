@@ -43,7 +43,8 @@ struct Parameter {
   std::vector<int> pipeline_holders;  // the pipeline ranks holding a copy, ascending
   // Whether this pipeline rank is the one that speaks for the parameter (checkpoint, norm).
   bool first_pipeline_holder(int pp_rank) const {
-    return !shared_across_pipeline || pipeline_holders.empty() || pipeline_holders.front() == pp_rank;
+    return !shared_across_pipeline || pipeline_holders.empty() ||
+           pipeline_holders.front() == pp_rank;
   }
   // Initialisation stream: the parameter's index in the whole model's declaration order (-1: its
   // index in this ParameterSet, the same thing when one rank holds the whole model).
