@@ -44,6 +44,7 @@ struct PreprocessOptions {
   int workers = 1;
   int log_interval = 1000;
   std::string on_bad_line = "skip";
+  bool strict = false;  // Megatron's behaviour: the first bad line stops the run
 };
 
 // One key's document: its tokens and the length of each of its sentences (sequences).
@@ -384,6 +385,9 @@ PreprocessOptions parse_options(const std::vector<std::string>& args, bool& help
       ("on-bad-line", po::value(&o.on_bad_line)->default_value("skip")->value_name("skip|error"),
        "a line that is not a JSON object with the keys as strings or lists of strings is "
        "reported with its line number, then skipped, or refused (exit code 2)")  //
+      ("strict", po::bool_switch(&o.strict),
+       "stop at the first bad line, naming its file:line (exit code 2), as Megatron-LM's "
+       "preprocess_data.py does; the same as --on-bad-line error")  //
       ("help,h", "show this help");
   parse_arguments("preprocess", args, description, help);
   if (help) return o;
@@ -399,6 +403,7 @@ PreprocessOptions parse_options(const std::vector<std::string>& args, bool& help
     throw UsageError("megatron-app preprocess: --on-bad-line: expected skip or error, found '" +
                      o.on_bad_line + "'");
   }
+  if (o.strict) o.on_bad_line = "error";
   if (o.json_keys.empty()) throw UsageError("megatron-app preprocess: --json-keys: no key given");
   // Megatron accepts --keep-newlines alone and ignores it; here that mistake is pointed out.
   if (o.keep_newlines && !o.split_sentences) {
@@ -467,6 +472,9 @@ Totals preprocess(std::istream& in, const PreprocessOptions& options, const Toke
     }
   }
   progress.clear_bar();
+  // A dataset without a document is of no use to training and hides the problem: nothing is
+  // written (the caller reports it).
+  if (totals.documents == 0) return totals;
   for (std::size_t k = 0; k < writers.size(); ++k)
     writers[k]->finalize(outputs[k]->temporary_idx());
   for (const auto& output : outputs)
@@ -517,6 +525,15 @@ int run_preprocess(MpiRuntime& runtime, const std::vector<std::string>& args) {
     outputs.clear();  // removes the partial files before the message
     std::cerr << "megatron-app: error: " << e.what() << std::endl;
     return 2;
+  }
+  if (totals.documents == 0) {
+    outputs.clear();  // removes the temporary files
+    std::cerr << "megatron-app: error: " << options.input << ": no document was written ("
+              << (totals.bad_lines > 0
+                      ? "all " + std::to_string(totals.bad_lines) + " lines were bad, see above"
+                      : std::string("the input has no lines"))
+              << "); no output files were created" << std::endl;
+    return 1;
   }
 
   const double seconds =
