@@ -28,6 +28,22 @@ Tensor sequence_major(Backend& be, const Tensor& batch_major) {
   return out;
 }
 
+Tensor key_padding_from_mask(Backend& be, const Tensor& mask) {
+  Tensor keys = Tensor::empty(mask.shape(), DType::u8);
+  const std::int32_t* in = mask.data<std::int32_t>();
+  std::uint8_t* out = keys.data<std::uint8_t>();
+  for (std::int64_t i = 0; i < mask.numel(); ++i)
+    out[i] = in[i] == 0 ? 1 : 0;
+  Tensor on_device = be.empty(keys.shape(), DType::u8);
+  be.copy(keys, on_device);
+  return on_device;
+}
+
+LayerContext layer_context(const ModelBuildInfo& info, const StepOptions& options) {
+  return {backend_for(info.device), options.training, options.dropout_seed, options.dropout_offset,
+          info.compute_dtype};
+}
+
 TensorParallelism model_tensor_parallelism(const ModelBuildInfo& info, const std::string& name,
                                            const std::vector<std::int64_t>& seq_lengths) {
   TensorParallelism tp{info.tensor_comm, info.tp_rank, info.tp_size,
@@ -136,8 +152,7 @@ void LayerStackModel::build(const ModelBuildInfo& info) {
 }
 
 LayerContext LayerStackModel::context(const StepOptions& options) const {
-  return {backend_for(info_.device), options.training, options.dropout_seed, options.dropout_offset,
-          info_.compute_dtype};
+  return layer_context(info_, options);
 }
 
 SampleSpec LayerStackModel::stage_inputs(int, std::int64_t micro_batch_size) const {
@@ -289,14 +304,12 @@ Parameter* LayerStackModel::declare_output_weight(ParamFactory& factory, bool wi
   Parameter* copy =
       &factory.declare("embedding.word_embeddings.weight", {padded_vocab_, tc.hidden_size},
                        ParamInit::normal, tc.init_method_std, true, Split{0, 1});
-  copy->shared_across_pipeline = true;
   copy->pipeline_holders = {0, info_.pipeline.size - 1};
   return copy;
 }
 
 void LayerStackModel::share_word_embeddings(Parameter& word_embeddings, bool untied) {
   if (!untied && !holds_post_process() && info_.pipeline.size > 1) {
-    word_embeddings.shared_across_pipeline = true;
     word_embeddings.pipeline_holders = {0, info_.pipeline.size - 1};
   }
 }

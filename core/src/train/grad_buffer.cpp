@@ -45,7 +45,7 @@ GradBuffers::GradBuffers(ParameterSet& params, Communicator& data, Backend& back
     // The tied embedding copies of the first and last stage must be sharded alike (see
     // BufferOptions::separate_bucket).
     for (const auto& p : params)
-      options.separate_bucket.push_back(p->shared_across_pipeline);
+      options.separate_bucket.push_back(p->shared_across_pipeline());
   }
   // Megatron: one bucket unless gradients are reduced while backward runs.
   if (s.overlap_grad_reduce)
@@ -92,7 +92,6 @@ GradBuffers::GradBuffers(ParameterSet& params, Communicator& data, Backend& back
     shard.partition_count = p.partition_count;  // for the norm: is it a tensor-parallel duplicate
     shard.partition_rank = p.partition_rank;
     shard.sequence_parallel = p.sequence_parallel;
-    shard.shared_across_pipeline = p.shared_across_pipeline;
     shard.pipeline_holders = p.pipeline_holders;
     shard.init = p.init;
     shard.init_std = p.init_std;

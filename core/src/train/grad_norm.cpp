@@ -24,7 +24,7 @@ void allreduce_shared_pipeline_grads(ParameterSet& params, const ParallelState& 
   // The same order on every stage whatever each declared first: by name.
   std::vector<Parameter*> shared;
   for (auto& p : params) {
-    if (p->shared_across_pipeline && p->pipeline_holders.size() > 1) shared.push_back(p.get());
+    if (p->shared_across_pipeline()) shared.push_back(p.get());
   }
   if (shared.empty()) return;
   std::sort(shared.begin(), shared.end(),

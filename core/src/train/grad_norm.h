@@ -13,7 +13,7 @@ namespace megatron::train {
 // tensor-parallel rank holds the partial sum over its sequence shard.
 void allreduce_sequence_parallel_grads(ParameterSet& params, const ParallelState& parallel);
 
-// Sums the grads of every parameter held by several pipeline stages (`shared_across_pipeline`,
+// Sums the grads of every parameter held by several pipeline stages (`shared_across_pipeline()`,
 // over its `pipeline_holders`) so all copies get the same update: the first holder adds the
 // others' copies in stage order and sends the sum back, point to point over Group::pipeline
 // (any set of stages, with no communicator per set). Called by every pipeline rank.

@@ -40,7 +40,7 @@ MemoryPlan plan_memory(const std::vector<StageParameters>& stage_params, const M
       const std::int64_t n = local_numel(*p, tp);
       plan.stages.back().parameters += n;
       stage_numels[static_cast<std::size_t>(s)].push_back(n);
-      stage_shared[static_cast<std::size_t>(s)].push_back(p->shared_across_pipeline);
+      stage_shared[static_cast<std::size_t>(s)].push_back(p->shared_across_pipeline());
     }
   }
   std::size_t largest = 0;

@@ -91,18 +91,9 @@ Parameter& BertModel::output_weight() {
 }
 
 nn::LayerInputs BertModel::layer_inputs(const nn::LayerContext& ctx, const Batch& batch) {
-  // The dataset's padding_mask is 1 on real tokens (Megatron's); the attention op takes non-zero
-  // = padding.
-  const Tensor& padding = batch["padding_mask"];
-  Tensor keys = Tensor::empty(padding.shape(), DType::u8);
-  const std::int32_t* in = padding.data<std::int32_t>();
-  std::uint8_t* out = keys.data<std::uint8_t>();
-  for (std::int64_t i = 0; i < padding.numel(); ++i)
-    out[i] = in[i] == 0 ? 1 : 0;
   nn::LayerInputs inputs;
   inputs.rotary = rotary_tables();
-  inputs.key_padding_mask = ctx.backend.empty(keys.shape(), DType::u8);
-  ctx.backend.copy(keys, inputs.key_padding_mask);
+  inputs.key_padding_mask = nn::key_padding_from_mask(ctx.backend, batch["padding_mask"]);
   return inputs;
 }
 

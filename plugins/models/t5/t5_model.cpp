@@ -19,17 +19,14 @@ namespace {
 constexpr std::uint64_t encoder_embedding_site = 0, decoder_embedding_site = 1;
 constexpr std::uint64_t first_layer_site = 2;
 
-// The dataset's masks are 1 on real tokens (Megatron's enc_mask / dec_mask); the attention ops
-// take non-zero = padding.
-Tensor padding_keys(Backend& be, const Tensor& mask) {
-  Tensor keys = Tensor::empty(mask.shape(), DType::u8);
-  const std::int32_t* in = mask.data<std::int32_t>();
-  std::uint8_t* out = keys.data<std::uint8_t>();
-  for (std::int64_t i = 0; i < mask.numel(); ++i)
-    out[i] = in[i] == 0 ? 1 : 0;
-  Tensor on_device = be.empty(keys.shape(), DType::u8);
-  be.copy(keys, on_device);
-  return on_device;
+// A copy, owned by this stage, of the tensor `name` another stage sent (activations or their
+// gradients), in the model's dtype on its device.
+Tensor received_copy(Backend& be, const NamedTensors& tensors, const char* name, const char* what,
+                     DType dtype) {
+  const Tensor& t = named_tensor(tensors, name, what);
+  Tensor out = be.empty(t.shape(), dtype);
+  be.copy(t, out);
+  return out;
 }
 
 std::vector<Parameter*> params_between(ParameterSet& params, std::size_t begin, std::size_t end) {
@@ -169,7 +166,6 @@ void T5Model::declare_all(nn::ParamFactory& factory, const StageRole& role, int 
   // Stages holding a copy of a shared parameter (pipeline parallelism only).
   auto share = [&](Parameter* p, std::vector<int> holders) {
     if (!p || pp_size <= 1) return;
-    p->shared_across_pipeline = true;
     std::sort(holders.begin(), holders.end());
     holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
     p->pipeline_holders = std::move(holders);
@@ -259,8 +255,7 @@ void T5Model::declare_all(nn::ParamFactory& factory, const StageRole& role, int 
 }
 
 nn::LayerContext T5Model::context(const StepOptions& options) const {
-  return {backend_for(info_.device), options.training, options.dropout_seed, options.dropout_offset,
-          info_.compute_dtype};
+  return nn::layer_context(info_, options);
 }
 
 Parameter& T5Model::output_weight() {
@@ -308,7 +303,7 @@ Tensor T5Model::forward_stack(const nn::LayerContext& ctx, bool encoder, const B
   nn::LayerInputs& in = run.inputs;
   const auto& rotary = encoder ? encoder_rotary_ : decoder_rotary_;
   in.rotary = rotary ? &*rotary : nullptr;
-  in.key_padding_mask = padding_keys(be, batch[encoder ? "enc_mask" : "dec_mask"]);
+  in.key_padding_mask = nn::key_padding_from_mask(be, batch[encoder ? "enc_mask" : "dec_mask"]);
   if (config_.model.position_embedding == nn::PositionEmbedding::relative) {
     in.attention_bias = (encoder ? encoder_bias_ : decoder_bias_).forward(ctx, s, s);
     if (options.backward) {
@@ -319,7 +314,10 @@ Tensor T5Model::forward_stack(const nn::LayerContext& ctx, bool encoder, const B
   }
   if (!encoder) {
     in.memory = p.memory;
-    in.memory_padding_mask = padding_keys(be, batch["enc_mask"]);
+    // The encoder's key padding, converted once when this stage ran the encoder too.
+    in.memory_padding_mask = p.encoder.inputs.key_padding_mask.defined()
+                                 ? p.encoder.inputs.key_padding_mask
+                                 : nn::key_padding_from_mask(be, batch["enc_mask"]);
     // Every decoder layer's cross-attention adds its gradient w.r.t. the memory here (p is
     // pending_'s own node, so the address stays valid until backward).
     in.memory_grad = options.backward ? &p.dmemory : nullptr;
@@ -387,9 +385,7 @@ Model::ChunkOutput T5Model::forward_chunk(int chunk, std::int64_t micro_batch, c
       return out;
     }
   } else {
-    const Tensor& received = named_tensor(input, "encoder_output", "T5's stage inputs");
-    p.memory = be.empty(received.shape(), info_.param_dtype);
-    be.copy(received, p.memory);
+    p.memory = received_copy(be, input, "encoder_output", "T5's stage inputs", info_.param_dtype);
   }
   if (options.backward) p.dmemory = be.empty(p.memory.shape(), p.memory.dtype());
   const Tensor* received =
@@ -441,9 +437,7 @@ NamedTensors T5Model::backward_chunk(int chunk, std::int64_t micro_batch,
     } else {
       // The later decoder stages' gradient w.r.t. the memory; this stage's layers add theirs.
       be.copy(named_tensor(output_grad, "encoder_output", "T5's stage gradients"), p.dmemory);
-      const Tensor& g = named_tensor(output_grad, "hidden", "T5's stage gradients");
-      dy = be.empty(g.shape(), info_.param_dtype);
-      be.copy(g, dy);
+      dy = received_copy(be, output_grad, "hidden", "T5's stage gradients", info_.param_dtype);
     }
     const Tensor dx = backward_stack(ctx, false, dy, options, p.decoder);
     if (role_.encoder.count == 0) {
@@ -457,16 +451,13 @@ NamedTensors T5Model::backward_chunk(int chunk, std::int64_t micro_batch,
   Tensor dy;
   if (role_.encoder_norm) {
     if (!dmemory.defined()) {
-      const Tensor& g = named_tensor(output_grad, "encoder_output", "T5's stage gradients");
-      dmemory = be.empty(g.shape(), info_.param_dtype);
-      be.copy(g, dmemory);
+      dmemory = received_copy(be, output_grad, "encoder_output", "T5's stage gradients",
+                              info_.param_dtype);
     }
     dy = final_norm_backward(be, true, dmemory, p.encoder);
     if (options.grads_ready) options.grads_ready(encoder_norm_params_);
   } else {
-    const Tensor& g = named_tensor(output_grad, "hidden", "T5's stage gradients");
-    dy = be.empty(g.shape(), info_.param_dtype);
-    be.copy(g, dy);
+    dy = received_copy(be, output_grad, "hidden", "T5's stage gradients", info_.param_dtype);
   }
   const Tensor dx = backward_stack(ctx, true, dy, options, p.encoder);
   if (dx.defined()) result.emplace_back("hidden", dx);

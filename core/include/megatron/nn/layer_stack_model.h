@@ -24,6 +24,13 @@ namespace megatron::nn {
 // backend's device.
 Tensor sequence_major(Backend& backend, const Tensor& batch_major);
 
+// A dataset's padding mask (B, S) i32, non-zero on real tokens (Megatron's padding_mask,
+// enc_mask, dec_mask), as the attention ops take it: (B, S) u8 on the backend's device, non-zero
+// = padding.
+Tensor key_padding_from_mask(Backend& backend, const Tensor& mask);
+// The layers' context for a step of a model built with `info`.
+LayerContext layer_context(const ModelBuildInfo& info, const StepOptions& options);
+
 // ---- pieces every model's build shares (LayerStackModel's, and T5's two stacks) ----------------
 // This rank's tensor parallelism from the build info, checked (rank in range, the communicator
 // there and agreeing, every sequence length in `seq_lengths` divisible under sequence

@@ -34,17 +34,16 @@ struct Parameter {
   // under sequence parallelism): each rank's grad is a partial sum, all-reduced over the
   // tensor-parallel group before the optimizer (Megatron's _allreduce_layernorm_grads).
   bool sequence_parallel = false;
-  // Held by several pipeline stages, each with a copy under the same name (a tied word embedding
-  // on the first and last stage; T5's embedding also on its first decoder stage and its relative
-  // position tables on every stage of their stack): the copies' gradients are summed over
-  // `pipeline_holders` before the optimizer, so the copies stay equal; only the first holder
-  // writes it to checkpoints and counts it in the gradient norm.
-  bool shared_across_pipeline = false;
-  std::vector<int> pipeline_holders;  // the pipeline ranks holding a copy, ascending
+  // The pipeline ranks holding a copy under the same name, ascending, when several do (a tied
+  // word embedding on the first and last stage; T5's embedding also on its first decoder stage
+  // and its relative position tables on every stage of their stack): the copies' gradients are
+  // summed over them before the optimizer, so the copies stay equal; only the first holder
+  // writes it to checkpoints and counts it in the gradient norm. Empty: this stage's own.
+  std::vector<int> pipeline_holders;
+  bool shared_across_pipeline() const { return pipeline_holders.size() > 1; }
   // Whether this pipeline rank is the one that speaks for the parameter (checkpoint, norm).
   bool first_pipeline_holder(int pp_rank) const {
-    return !shared_across_pipeline || pipeline_holders.empty() ||
-           pipeline_holders.front() == pp_rank;
+    return !shared_across_pipeline() || pipeline_holders.front() == pp_rank;
   }
   // Initialisation stream: the parameter's index in the whole model's declaration order (-1: its
   // index in this ParameterSet, the same thing when one rank holds the whole model).

@@ -58,7 +58,7 @@ struct StageParameters {
 };
 
 // `stages` in pipeline order. A parameter held by several stages (a tied word embedding's copy on
-// the last stage, marked shared_across_pipeline) counts once in total_parameters and on every
+// the last stage, shared_across_pipeline()) counts once in total_parameters and on every
 // stage that holds it.
 MemoryPlan plan_memory(const std::vector<StageParameters>& stages, const ModelDimensions& dims,
                        const PlanLayout& layout);
