@@ -3,6 +3,7 @@
 // gradients, in-place backward, multi-dimensional rows, determinism and argument checks.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/optimizer_math.h"
@@ -184,6 +185,60 @@ TEST_P(CrossEntropyTest, VocabularyParallelShardsMatchUnsharded) {
       EXPECT_TRUE(all_close(download(grad), download(full_grad), tol));
     }
   }
+}
+
+// Prediction: each shard's first index of the global max, combined with a MIN, is the first argmax
+// of the whole row (torch.argmax's tie rule), for every logits dtype; rows whose max lies in
+// another shard give INT64_MAX.
+TEST_P(CrossEntropyTest, ArgmaxIsTheFirstLargestLogitAcrossShards) {
+  const std::int64_t N = 7, V = 37;
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor host_logits = random_tensor({N, V}, dtype, 9, -3.0f, 3.0f);
+    // Ties: row 0 has its max at 5 and 30 (different shards), row 1 at 12 and 13 (one shard), row
+    // 2's max is the last element.
+    for (auto [row, col] : {std::pair{0, 5}, {0, 30}, {1, 12}, {1, 13}, {2, 36}})
+      store_from_double(host_logits.raw_data(), dtype, row * V + col, 10.0);
+    const auto values = host_logits.to_vector<double>();
+    std::vector<std::int64_t> expected;
+    for (std::int64_t r = 0; r < N; ++r) {
+      const double* row = values.data() + r * V;
+      expected.push_back(std::max_element(row, row + V) - row);  // the first of equal maxima
+    }
+    ASSERT_EQ(expected[0], 5);
+    ASSERT_EQ(expected[1], 12);
+    ASSERT_EQ(expected[2], 36);
+
+    const Tensor logits = upload(host_logits);
+    const Tensor global_max = row_max(logits);
+    Tensor whole = empty({N}, DType::i64);
+    be().cross_entropy_argmax(logits, global_max, 0, whole);
+    EXPECT_EQ(download(whole).to_vector<std::int64_t>(), expected);
+
+    const std::vector<std::int64_t> bounds = {0, 12, 25, 37};
+    std::vector<std::int64_t> combined(N, kNone);
+    bool some_shard_lacks_a_max = false;
+    for (std::size_t k = 0; k + 1 < bounds.size(); ++k) {
+      Tensor part = empty({N}, DType::i64);
+      be().cross_entropy_argmax(logits.slice(1, bounds[k], bounds[k + 1] - bounds[k]), global_max,
+                                bounds[k], part);
+      const auto got = download(part).to_vector<std::int64_t>();
+      for (std::int64_t r = 0; r < N; ++r) {
+        some_shard_lacks_a_max |= got[r] == kNone;
+        if (got[r] != kNone) {
+          EXPECT_GE(got[r], bounds[k]);
+          EXPECT_LT(got[r], bounds[k + 1]);
+        }
+        combined[r] = std::min(combined[r], got[r]);
+      }
+    }
+    EXPECT_TRUE(some_shard_lacks_a_max);
+    EXPECT_EQ(combined, expected);
+  }
+  Tensor wrong = empty({N}, DType::i32);
+  const Tensor logits = empty({N, V}, DType::f32);
+  EXPECT_THROW(be().cross_entropy_argmax(logits, empty({N}, DType::f32), 0, wrong), Error);
 }
 
 // The gradient of sum(dloss * loss(logits)) with respect to the logits, by central differences.

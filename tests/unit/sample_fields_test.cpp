@@ -85,8 +85,8 @@ TEST(Batch, WrongDtypeOrNameIsRefusedNamingTheField) {
 }
 
 TEST(StepResult, AddsByNameInFirstSeenOrderAndObjectiveSumsMeans) {
-  StepResult a{{{"lm loss", 6.0, 3.0}, {"sop loss", 0.5, 1.0}}};
-  a.add({{{"sop loss", 1.5, 1.0}, {"lm loss", 2.0, 1.0}, {"accuracy", 3.0, 4.0, false}}});
+  StepResult a{{{"lm loss", 6.0, 3.0}, {"sop loss", 0.5, 1.0}}, {}};
+  a.add({{{"sop loss", 1.5, 1.0}, {"lm loss", 2.0, 1.0}, {"accuracy", 3.0, 4.0, false}}, {}});
   ASSERT_EQ(a.losses.size(), 3u);
   EXPECT_EQ(a.losses[0].name, "lm loss");
   EXPECT_DOUBLE_EQ(a.losses[0].sum, 8.0);
@@ -95,6 +95,20 @@ TEST(StepResult, AddsByNameInFirstSeenOrderAndObjectiveSumsMeans) {
   // lm 8/4 + sop 2/2; the accuracy metric is reported, not optimised.
   EXPECT_DOUBLE_EQ(a.objective(), 3.0);
   EXPECT_EQ(a.find("nothing"), nullptr);
+}
+
+TEST(StepResult, StacksOutputsOfMicroBatchesInOrder) {
+  StepResult a{{}, {{"token_argmax", Tensor::from(std::vector<std::int64_t>{1, 2, 3, 4}, {2, 2})}}};
+  a.add({{}, {{"token_argmax", Tensor::from(std::vector<std::int64_t>{5, 6}, {1, 2})},
+              {"token_loss", Tensor::from(std::vector<float>{0.5f, 1.5f}, {1, 2})}}});
+  ASSERT_EQ(a.outputs.size(), 2u);
+  EXPECT_EQ(a.outputs[0].second.shape(), (Shape{3, 2}));
+  EXPECT_EQ(a.outputs[0].second.to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(a.outputs[1].first, "token_loss");  // first seen in the second micro-batch
+  // Micro-batches of different per-sample shapes cannot be stacked.
+  EXPECT_THROW(a.add({{}, {{"token_argmax", Tensor::from(std::vector<std::int64_t>{7}, {1, 1})}}}),
+               Error);
 }
 
 }  // namespace

@@ -79,6 +79,8 @@ struct StepOptions {
   // while earlier layers compute (the distributed optimizer's overlapped all-gather). Empty: not
   // called.
   std::function<void(const std::vector<Parameter*>&)> params_needed;
+  // Forward only: also return per-token predictions in StepResult::outputs (evaluation tasks).
+  bool token_outputs = false;
 };
 
 // One named loss (or metric) of a micro-batch: what it sums and over how many items, so the
@@ -94,8 +96,15 @@ struct LossTerm {
 
 struct StepResult {
   std::vector<LossTerm> losses;  // in the model's order, which is the order they are logged in
+  // With StepOptions::token_outputs: per-sample host tensors of shape (samples, ...), from the
+  // last pipeline stage. Language models give "token_loss" (B, S) f32, each token's
+  // cross-entropy against its label, and "token_argmax" (B, S) i64, the predicted id (the first
+  // largest logit over the padded vocabulary, computed vocabulary-parallel). Tokens whose loss
+  // mask is 0 may be skipped: loss 0, argmax -1.
+  NamedTensors outputs;
 
-  // Adds `other`'s sums and counts term by term (matched by name; new names are appended).
+  // Adds `other`'s sums and counts term by term (matched by name; new names are appended) and
+  // stacks its outputs after these along dim 0 (micro-batches in the order they are added).
   void add(const StepResult& other);
   // The optimised objective of this result: sum over objective terms of sum / count (0 / 0: 0).
   double objective() const;

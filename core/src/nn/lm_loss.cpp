@@ -26,7 +26,7 @@ std::vector<std::int32_t> rows_worth_selecting(const std::vector<double>& mask) 
 
 LmLossResult lm_loss(Backend& be, const Tensor& hidden_in, Parameter& weight, const Tensor& labels,
                      const Tensor& loss_mask, float loss_scale, Tensor* dhidden, DType compute,
-                     const TensorParallelism& tp, Parameter* bias) {
+                     const TensorParallelism& tp, Parameter* bias, LmTokenOutputs* outputs) {
   const std::int64_t all_rows = labels.numel(), vocab = weight.value.size(0);
   const std::int64_t h = hidden_in.size(1);
   const DType dt = hidden_in.dtype();
@@ -83,6 +83,23 @@ LmLossResult lm_loss(Backend& be, const Tensor& hidden_in, Parameter& weight, co
   for (std::size_t i = 0; i < per_token.size(); ++i) {
     result.loss_sum += mask[i] * per_token[i];
     result.token_count += mask[i];
+  }
+  if (outputs) {
+    Tensor argmax = be.empty({rows}, DType::i64);
+    be.cross_entropy_argmax(logits, row_max, vocab_start, argmax);
+    tp_all_reduce(tp, argmax, ReduceOp::min);
+    Tensor host_argmax = Tensor::empty({rows}, DType::i64);
+    be.copy(argmax, host_argmax);
+    const std::vector<std::int64_t> predicted = host_argmax.to_vector<std::int64_t>();
+    std::vector<float> loss_out(static_cast<std::size_t>(all_rows), 0.0f);
+    std::vector<std::int64_t> argmax_out(static_cast<std::size_t>(all_rows), -1);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto row = static_cast<std::size_t>(selecting ? kept[static_cast<std::size_t>(i)] : i);
+      loss_out[row] = static_cast<float>(per_token[static_cast<std::size_t>(i)]);
+      argmax_out[row] = predicted[static_cast<std::size_t>(i)];
+    }
+    outputs->loss = Tensor::from(loss_out, {all_rows});
+    outputs->argmax = Tensor::from(argmax_out, {all_rows});
   }
   if (!dhidden) return result;
 

@@ -1,11 +1,34 @@
 // Model's optional pipeline-parallel interface (what a model that does not implement it answers)
 // and the arithmetic of named losses.
+#include <algorithm>
+#include <cstring>
+
 #include "megatron/error.h"
 #include "megatron/model.h"
 
 namespace megatron {
 
 namespace {
+
+// `first` then `second` along dim 0 (host tensors of equal trailing shape and dtype).
+Tensor stack_rows(const Tensor& first, const Tensor& second, const std::string& name) {
+  if (first.dtype() != second.dtype() || first.dim() != second.dim() || first.dim() == 0 ||
+      !std::equal(first.shape().begin() + 1, first.shape().end(), second.shape().begin() + 1) ||
+      first.device() != Device::cpu() || second.device() != Device::cpu()) {
+    throw Error("step output '" + name + "': cannot stack " + second.describe() + " after " +
+                first.describe());
+  }
+  Shape shape = first.shape();
+  shape[0] += second.size(0);
+  Tensor out = Tensor::empty(shape, first.dtype());
+  const Tensor a = first.contiguous(), b = second.contiguous();
+  const std::size_t a_bytes = static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype());
+  std::memcpy(out.raw_data(), a.raw_data(), a_bytes);
+  std::memcpy(static_cast<char*>(out.raw_data()) + a_bytes, b.raw_data(),
+              static_cast<std::size_t>(b.numel()) * dtype_size(b.dtype()));
+  return out;
+}
+
 [[noreturn]] void no_pipeline(const char* what) {
   throw ConfigError(std::string("this [model] plugin does not support pipeline parallelism (it "
                                 "has no ") +
@@ -38,6 +61,15 @@ void StepResult::add(const StepResult& other) {
     } else {
       losses.push_back(t);
     }
+  }
+  for (const auto& [name, tensor] : other.outputs) {
+    auto mine = std::find_if(outputs.begin(), outputs.end(),
+                             [&](const auto& o) { return o.first == name; });
+    if (mine == outputs.end()) {
+      outputs.emplace_back(name, tensor);
+      continue;
+    }
+    mine->second = stack_rows(mine->second, tensor, name);
   }
 }
 

@@ -410,7 +410,7 @@ Model::ChunkOutput T5Model::forward_chunk(int chunk, std::int64_t micro_batch, c
       be, normed_rows, output_weight(), labels, mask, options.loss_scale,
       options.backward ? &dnormed_rows : nullptr, info_.compute_dtype, tp_, output_bias_);
   // pretrain_t5 uses pretrain_gpt's loss_func: the loss-masked sum over the masked count.
-  out.loss = {{{"lm loss", loss.loss_sum, loss.token_count}}};
+  out.loss.losses = {{"lm loss", loss.loss_sum, loss.token_count}};
   return out;
 }
 

@@ -130,7 +130,7 @@ class LlamaTiny final : public nn::LayerStackModel {
         nn::lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
                     options.backward ? &st->dnormed : nullptr, info().compute_dtype, tp());
     state = std::move(st);
-    return {{{"lm loss", loss.loss_sum, loss.token_count}}};
+    return {{{"lm loss", loss.loss_sum, loss.token_count}}, {}};
   }
 
   mt::Tensor post_backward(const nn::LayerContext&, ProcessState* state) override {

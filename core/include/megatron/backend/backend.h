@@ -201,6 +201,12 @@ class Backend {
   //  3. loss (N) = log(sum_exp) + max - target_logit (global sums after all-reduce).
   virtual void cross_entropy_loss(const Tensor& row_max, const Tensor& sum_exp,
                                   const Tensor& target_logit, Tensor& loss) = 0;
+  //  Prediction (evaluation): argmax (N) i64 = vocab_start + the first index of the row whose
+  //  logit equals row_max (the global max after the all-reduce), or INT64_MAX when none does (the
+  //  max is in another shard), so a MIN all-reduce gives the full vocabulary's first argmax, as
+  //  torch.argmax over gathered logits does.
+  virtual void cross_entropy_argmax(const Tensor& logits, const Tensor& row_max,
+                                    std::int64_t vocab_start, Tensor& argmax) = 0;
   //  4. dlogits = (softmax - onehot(target)) * dloss per row; dloss (N). dlogits may alias logits.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                       std::int64_t vocab_start, const Tensor& row_max,

@@ -82,6 +82,8 @@ class CpuBackend final : public Backend {
                           const Tensor& row_max, Tensor& sum_exp, Tensor& target_logit) override;
   void cross_entropy_loss(const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
                           Tensor& loss) override;
+  void cross_entropy_argmax(const Tensor& logits, const Tensor& row_max, std::int64_t vocab_start,
+                            Tensor& argmax) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::int64_t vocab_start,
                               const Tensor& row_max, const Tensor& sum_exp, const Tensor& dloss,
                               Tensor& dlogits) override;

@@ -2,6 +2,7 @@
 // combines across shards (row max, exp sums and target logit, loss, gradient).
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -214,6 +215,37 @@ void CpuBackend::cross_entropy_loss(const Tensor& row_max, const Tensor& sum_exp
     for (std::int64_t r = 0; r < n_rows; ++r) {
       // Megatron's order: log(sum) - (target - max); the difference of two nearby logits is exact.
       out[r] = std::log(sum_of[r]) - (target_of[r] - max_of[r]);
+    }
+  });
+}
+
+void CpuBackend::cross_entropy_argmax(const Tensor& logits, const Tensor& row_max,
+                                      std::int64_t vocab_start, Tensor& argmax) {
+  constexpr const char* op = "cross_entropy_argmax";
+  check_logits(op, "logits", logits);
+  check_row_stat(op, "row_max", row_max, logits);
+  ops::check_device(op, "argmax", argmax, Device::cpu());
+  ops::check_shape(op, "argmax", argmax, rows_shape(logits));
+  ops::check_dtype(op, "argmax", argmax, {DType::i64});
+  dispatch_logits(op, logits, [&]<typename Logit, typename Acc>() {
+    if (row_max.numel() == 0) return;
+    const auto rows = row_offsets(logits);
+    const Logit* base = logits.data<Logit>();
+    const std::int64_t vocab = logits.size(-1), n_rows = row_max.numel();
+    const RowValues<Acc> max_of(row_max);
+    const RowValues<std::int64_t> out(argmax);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t r = 0; r < n_rows; ++r) {
+      const Logit* x = base + rows[static_cast<std::size_t>(r)];
+      const Acc m = max_of[r];
+      std::int64_t found = std::numeric_limits<std::int64_t>::max();
+      for (std::int64_t j = 0; j < vocab; ++j) {
+        if (static_cast<Acc>(x[j]) == m) {
+          found = vocab_start + j;
+          break;
+        }
+      }
+      out[r] = found;
     }
   });
 }

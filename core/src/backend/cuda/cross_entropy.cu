@@ -79,6 +79,29 @@ __global__ void loss_kernel(RowValues<const T> row_max, RowValues<const T> sum_e
   }
 }
 
+// The first index of the row holding the global max: each thread's first hit, then the block's
+// smallest (a max of negated indices, since the block reductions only provide max).
+template <typename Logit>
+__global__ void argmax_kernel(Rows<const Logit> logits, std::int64_t vocab,
+                              RowValues<const acc_t<Logit>> row_max, std::int64_t vocab_start,
+                              RowValues<std::int64_t> argmax) {
+  using Acc = acc_t<Logit>;
+  constexpr long long kNone = 0x7fffffffffffffffLL;
+  __shared__ long long scratch[32];
+  const std::int64_t r = blockIdx.x;
+  const Logit* x = logits.row(r);
+  const Acc m = row_max[r];
+  long long first = kNone;
+  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    if (static_cast<Acc>(x[j]) == m) {
+      first = j;
+      break;
+    }
+  }
+  const long long best = -block_max(-first, scratch, -kNone);
+  if (threadIdx.x == 0) argmax[r] = best == kNone ? kNone : vocab_start + best;
+}
+
 // Each element is read and written by the same thread, so dlogits may alias logits.
 template <typename Logit, typename Id>
 __global__ void backward_kernel(Rows<const Logit> logits, std::int64_t vocab,
@@ -207,6 +230,27 @@ void CudaBackend::cross_entropy_loss(const Tensor& row_max, const Tensor& sum_ex
     loss_kernel<T><<<grid_for(n), kThreads, 0, stream_>>>(
         row_values<const T>(op, "row_max", row_max), row_values<const T>(op, "sum_exp", sum_exp),
         row_values<const T>(op, "target_logit", target_logit), row_values<T>(op, "loss", loss), n);
+    check_launch(op);
+  });
+}
+
+void CudaBackend::cross_entropy_argmax(const Tensor& logits, const Tensor& row_max,
+                                       std::int64_t vocab_start, Tensor& argmax) {
+  constexpr const char* op = "cross_entropy_argmax";
+  const Device here = device();
+  check_logits(op, "logits", logits, here);
+  check_row_stat(op, "row_max", row_max, logits, here);
+  ops::check_device(op, "argmax", argmax, here);
+  ops::check_same_shape(op, "argmax", argmax, "row_max", row_max);
+  ops::check_dtype(op, "argmax", argmax, {DType::i64});
+  const std::int64_t rows = row_max.numel(), vocab = logits.size(-1);
+  if (rows == 0) return;
+  DeviceGuard guard(ordinal_);
+  dispatch_floating(op, logits.dtype(), [&]<typename Logit>() {
+    using Acc = acc_t<Logit>;
+    argmax_kernel<Logit><<<static_cast<unsigned>(rows), row_threads(vocab), 0, stream_>>>(
+        logit_rows<Logit>(op, logits), vocab, row_values<const Acc>(op, "row_max", row_max),
+        vocab_start, row_values<std::int64_t>(op, "argmax", argmax));
     check_launch(op);
   });
 }
