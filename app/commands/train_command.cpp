@@ -20,6 +20,31 @@ namespace po = boost::program_options;
 
 namespace {
 
+// The host side of a task: the config's other plugins, created through the session's catalog.
+class SessionTaskHost final : public TaskHost {
+ public:
+  SessionTaskHost(Session& session, ParallelState& parallel)
+      : session_(session), parallel_(parallel) {}
+
+  std::unique_ptr<Model> create_model() override {
+    return create_plugin<Model>(session_, parallel_, "model", "megatron::Model",
+                                "type = \"gpt\"");
+  }
+  std::string model_type() const override {
+    const SelectedPlugin* model = session_.selected_for("model");
+    return model ? model->record->name : std::string();
+  }
+  std::unique_ptr<Optimizer> create_optimizer() override {
+    return create_plugin<Optimizer>(session_, parallel_, "optimizer", "megatron::Optimizer",
+                                    "type = \"adam\"");
+  }
+  std::string config_toml() const override { return session_.config.to_toml(); }
+
+ private:
+  Session& session_;
+  ParallelState& parallel_;
+};
+
 int run_task(Session& session, ParallelState& parallel, const SelectedPlugin& task_plugin) {
   PluginContext context{*session.log, parallel, session.config.table(task_plugin.table),
                         session.config.core()};
@@ -31,7 +56,8 @@ int run_task(Session& session, ParallelState& parallel, const SelectedPlugin& ta
                       ") created an object that does not implement megatron::Task");
   }
   session.log->info("running task '{}'", task_plugin.record->name);
-  const TaskResult result = task->run();
+  SessionTaskHost host(session, parallel);
+  const TaskResult result = task->run(host);
   for (const auto& [name, value] : result.metrics) {
     session.log->info("task {} | {}: {:.6g}", task_plugin.record->name, name, value);
   }

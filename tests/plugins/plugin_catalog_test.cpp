@@ -147,6 +147,17 @@ TEST(PluginCatalog, UnknownPluginNameListsTheAvailableOnes) {
   }
 }
 
+// A host that has nothing to lend: the fixture task needs no model.
+class NoPluginsHost final : public TaskHost {
+ public:
+  std::unique_ptr<Model> create_model() override { throw ConfigError("no [model] table"); }
+  std::string model_type() const override { return ""; }
+  std::unique_ptr<Optimizer> create_optimizer() override {
+    throw ConfigError("no [optimizer] table");
+  }
+  std::string config_toml() const override { return ""; }
+};
+
 class PluginRun : public ::testing::Test {
  protected:
   MpiRuntime runtime_{MpiRuntime::Mode::single_process};
@@ -164,7 +175,8 @@ TEST_F(PluginRun, TaskReceivesItsValidatedTableAndRuns) {
   auto object = catalog.create(record, ctx);
   auto* task = dynamic_cast<Task*>(object.get());
   ASSERT_NE(task, nullptr);
-  const TaskResult result = task->run();
+  NoPluginsHost host;
+  const TaskResult result = task->run(host);
   ASSERT_EQ(result.metrics.size(), 1u);
   EXPECT_EQ(result.metrics[0].first, "rank_sum_times_repeat");
   EXPECT_DOUBLE_EQ(result.metrics[0].second, 3.0);

@@ -10,6 +10,7 @@ namespace megatron {
 // Out of line so the vtables and type_info live in the core, shared by host and plugins.
 Plugin::~Plugin() = default;
 Task::~Task() = default;
+TaskHost::~TaskHost() = default;
 Model::~Model() = default;
 Optimizer::~Optimizer() = default;
 Dataset::~Dataset() = default;

@@ -10,6 +10,7 @@
 #include "grad_norm.h"
 #include "megatron/error.h"
 #include "megatron/nn/init.h"
+#include "megatron/train/model_setup.h"
 #include "megatron/train/sample_counts.h"
 #include "megatron/train/train_log.h"
 #include "pipeline_executor.h"
@@ -115,30 +116,18 @@ TrainSummary Trainer::run() {
   t.sample_fields = t.dataset.sample_fields();
   t.dataset.build(samples);
 
-  ModelBuildInfo info;
-  info.vocab_size = static_cast<std::int64_t>(t.dataset.tokenizer().vocab_size());
-  info.seq_length = t.dataset.seq_length();
-  info.sample_fields = t.sample_fields;
-  info.device = t.device;
-  info.seed = t.seed;
-  info.tensor_comm = parallel.tp_size() > 1 ? &parallel.device_comm(Group::tensor) : nullptr;
-  info.tp_rank = parallel.tp_rank();
-  info.tp_size = parallel.tp_size();
-  info.sequence_parallel = core.parallel.sequence_parallel;
-  const PipelineLayout pipeline = pipeline_layout(core.parallel, t.model.dimensions().num_layers);
+  ModelBuildInfo info =
+      model_build_info(parallel, core, t.model,
+                       static_cast<std::int64_t>(t.dataset.tokenizer().vocab_size()),
+                       t.dataset.seq_length(), t.sample_fields);
+  const PipelineLayout pipeline = model_pipeline_layout(core, t.model);
   const int pp = pipeline.pipeline_size, pp_rank = parallel.pp_rank();
   if (pp > 1) {
     // Megatron's check, at config time: every micro-batch count the run will see must suit the
     // schedule (the ramp-up's first size included).
     validate_pipeline(pipeline, t.batches->at(0).num_micro_batches);
     validate_pipeline(pipeline, gbs / (mbs * dp));
-    info.pipeline.rank = pp_rank;
-    info.pipeline.size = pp;
-    for (int c = 0; c < pipeline.virtual_size; ++c)
-      info.pipeline.chunks.push_back(stage_layers(pipeline, pp_rank, c));
   }
-  // Mixed precision: fp32 master weights and gradients; GEMM inputs in bf16/fp16.
-  info.compute_dtype = tc.bf16 ? DType::bf16 : tc.fp16 ? DType::f16 : DType::f32;
   t.model.build(info);
   ParameterSet& params = t.model.parameters();
   log.info("{}", t.model.describe());

@@ -7,9 +7,11 @@
 #include <set>
 #include <vector>
 
+#include "checkpoint_slices.h"
 #include "grad_buffer.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
+#include "megatron/train/pretrained.h"
 
 #include "trainer_impl.h"
 
@@ -28,10 +30,6 @@ Tensor to_host(const Tensor& t) {
   return h;
 }
 
-bool tensor_parallel_shard(const Parameter& p) {
-  return p.partition_dim >= 0 && p.partition_count > 1;
-}
-
 // The parameter an optimizer state key "<state>/<param name>" belongs to.
 std::pair<std::string, std::string> split_state_key(const std::string& key) {
   const std::size_t slash = key.rfind('/');
@@ -39,32 +37,6 @@ std::pair<std::string, std::string> split_state_key(const std::string& key) {
     throw Error("optimizer state '" + key + "' is not named <state>/<parameter>");
   }
   return {key.substr(0, slash), key.substr(slash + 1)};
-}
-
-// Reads this rank's slice of checkpoint tensor `path` for parameter `p` into `live`, refusing a
-// missing tensor or one of another global shape.
-void read_for(const checkpoint::CheckpointReader& reader, const std::string& path,
-              const Parameter& p, Tensor& live, const std::string& missing_hint) {
-  const std::string file = reader.file().string();
-  if (!reader.has(path)) {
-    const char* what = path.rfind(kOptimizer, 0) == 0 ? "optimizer state" : "tensor";
-    throw Error("checkpoint " + file + " has no " + what + " '" + path + "'" + missing_hint);
-  }
-  const Shape stored = reader.shape(path);
-  if (stored != p.global_shape) {
-    throw Error("checkpoint " + file + ": tensor '" + path + "' has shape " + shape_str(stored) +
-                ", the model expects " + shape_str(p.global_shape) +
-                " (is [model] the same as when it was saved?)");
-  }
-  const bool sharded = tensor_parallel_shard(p);
-  Tensor host = Tensor::empty(shard_shape(p), live.dtype());
-  reader.read_slice(path, sharded ? p.partition_dim : -1,
-                    sharded ? shard_runs(p) : std::vector<ShardRun>{}, host);
-  if (host.shape() != live.shape()) {
-    throw Error("checkpoint " + file + ": tensor '" + path + "' gives this rank " +
-                shape_str(host.shape()) + ", the live tensor is " + shape_str(live.shape()));
-  }
-  backend_for(live.device()).copy(host, live);
 }
 
 }  // namespace
@@ -178,30 +150,13 @@ void Trainer::Impl::load_checkpoint() {
     return;
   }
   const bool finetune = cc.finetune;
-  const checkpoint::CheckpointReader reader(checkpoint::resolve_checkpoint(dir));
+  // The weights through the public loader (no tensor may differ), then what resuming adds.
+  const PretrainedReport loaded =
+      load_pretrained(dir, model.parameters(), services.parallel, {}, services.log);
+  const checkpoint::CheckpointReader reader(loaded.file);
   const std::string file = reader.file().string();
   const checkpoint::CheckpointState& s = reader.attributes();
-
   ParameterSet& params = model.parameters();
-  for (auto& p : params)
-    read_for(reader, kModel + p->name, *p, p->value, " (was it saved from a different model?)");
-  // Every model tensor of the checkpoint must be held by some rank (pipeline stages hold only
-  // their own layers); every rank reads the same file, so the names line up across ranks.
-  std::vector<std::string> saved_names;
-  for (const std::string& path : reader.names())
-    if (path.rfind(kModel, 0) == 0) saved_names.push_back(path);
-  std::vector<std::int32_t> held(saved_names.size(), 0);
-  for (std::size_t i = 0; i < saved_names.size(); ++i)
-    held[i] = params.find(saved_names[i].substr(kModel.size())) != nullptr;
-  if (services.parallel.pp_size() > 1) {
-    services.parallel.comm(Group::pipeline).all_reduce(held, ReduceOp::max);
-  }
-  for (std::size_t i = 0; i < saved_names.size(); ++i) {
-    if (!held[i]) {
-      throw Error("checkpoint " + file + " has tensor '" + saved_names[i] +
-                  "', which this model does not have (is [model] the same as when it was saved?)");
-    }
-  }
   services.log.info("loaded model weights from {} (iteration {})", file, s.iteration);
   if (finetune) return;  // weights only; iteration and data position start at 0
 
@@ -222,14 +177,14 @@ void Trainer::Impl::load_checkpoint() {
         // The stored state is the whole local shard; this rank keeps its owned range of it.
         const OwnedRange& r = ddp->owned().at(shard_of.at(name));
         Tensor whole = Tensor::empty(r.param->value.shape(), DType::f32);
-        read_for(reader, kOptimizer + key, *r.param, whole, hint);
+        read_parameter_slice(reader, kOptimizer + key, *r.param, whole, hint);
         const Tensor mine = whole.view({whole.numel()}).slice(0, r.begin, r.end - r.begin);
         backend_for(live.device())
             .copy(mine.contiguous().view(live.shape()).to(live.dtype()), live);
       } else {
         const Parameter* p = params.find(name);
         if (!p) throw Error("optimizer state '" + key + "' names no parameter of the model");
-        read_for(reader, kOptimizer + key, *p, live, hint);
+        read_parameter_slice(reader, kOptimizer + key, *p, live, hint);
       }
     }
     optimizer_steps = s.int_attributes.at("optimizer.steps");

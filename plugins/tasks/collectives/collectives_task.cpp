@@ -65,7 +65,7 @@ class CollectivesTask final : public megatron::Task {
       groups_.push_back(group_from_name(g));
   }
 
-  megatron::TaskResult run() override {
+  megatron::TaskResult run(megatron::TaskHost&) override {
     megatron::TaskResult result;
     for (Group g : groups_) {
       if (!parallel_.in_group(g)) continue;

@@ -9,7 +9,7 @@ class RankSum final : public megatron::Task {
  public:
   explicit RankSum(megatron::PluginContext& ctx) : ctx_(ctx), factor_(ctx.config.real("factor")) {}
 
-  megatron::TaskResult run() override {
+  megatron::TaskResult run(megatron::TaskHost&) override {
     double value = factor_ * (ctx_.parallel.world_rank() + 1);
     value = ctx_.parallel.comm(megatron::Group::world).all_reduce_value(value);
     return {{{"rank_sum", value}, {"world_size", double(ctx_.parallel.world_size())}}};

@@ -1,0 +1,38 @@
+// What every downstream task's [task] table has: the tokenizer (Megatron's --tokenizer-type,
+// --vocab-file, --merge-file), the pretrained checkpoint and the results file, and the JSON the
+// results are written as.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "megatron/config/schema.h"
+#include "megatron/config/table.h"
+#include "megatron/plugin.h"
+#include "megatron/tokenizer/tokenizer.h"
+
+namespace megatron::tasks {
+
+// tokenizer_type (default `default_type`), vocab_file, merge_file, pretrained_checkpoint,
+// results_file.
+void declare_task_keys(config::TableSchema& schema, const std::string& default_type);
+
+// The tokenizer the table names; problems are ConfigErrors on the key at fault.
+std::unique_ptr<Tokenizer> task_tokenizer(const config::ConfigTable& table);
+
+// [task] pretrained_checkpoint, else [checkpoint] load; ConfigError when neither is set.
+std::filesystem::path task_checkpoint(const PluginContext& context);
+
+// One figure of a results file: a count or a measurement.
+using ResultValue = std::variant<std::int64_t, double, std::string>;
+using Results = std::vector<std::pair<std::string, ResultValue>>;
+
+// Writes `results` as one JSON object (keys in order) to [task] results_file, when set, from the
+// last world rank (the one that prints); throws Error naming the file when it cannot be written.
+void write_task_results(const PluginContext& context, const Results& results);
+
+}  // namespace megatron::tasks

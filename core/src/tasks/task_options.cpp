@@ -1,0 +1,64 @@
+// The [task] keys shared by the downstream tasks and their results file
+// (megatron/tasks/task_options.h).
+#include "megatron/tasks/task_options.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "megatron/error.h"
+#include "megatron/parallel/parallel_state.h"
+
+namespace megatron::tasks {
+
+void declare_task_keys(config::TableSchema& s, const std::string& default_type) {
+  s.string("tokenizer_type", default_type, "Megatron's --tokenizer-type")
+      .optional_path("vocab_file", "tokenizer vocabulary (encoder.json for GPT2BPETokenizer)")
+      .optional_path("merge_file", "BPE merges (vocab.bpe for GPT2BPETokenizer)")
+      .optional_path("pretrained_checkpoint",
+                     "checkpoint to evaluate or fine-tune from: a directory (its latest) or an "
+                     ".h5 file, saved at any parallel layout (default: [checkpoint] load)")
+      .optional_path("results_file", "where to write the metrics as JSON");
+}
+
+std::unique_ptr<Tokenizer> task_tokenizer(const config::ConfigTable& t) {
+  TokenizerFiles files;
+  if (t.has("vocab_file")) files.vocab_file = t.string("vocab_file");
+  if (t.has("merge_file")) files.merge_file = t.string("merge_file");
+  const std::string& type = t.string("tokenizer_type");
+  if (type == "GPT2BPETokenizer") {
+    for (const char* key : {"vocab_file", "merge_file"})
+      if (!t.has(key)) t.fail(key, "required key is missing: GPT2BPETokenizer needs it");
+  } else if (!t.has("vocab_file")) {
+    t.fail("vocab_file", "required key is missing: " + type + " needs it");
+  }
+  try {
+    return make_tokenizer(type, files);
+  } catch (const Error& e) {
+    t.fail("tokenizer_type", e.what());
+  }
+}
+
+std::filesystem::path task_checkpoint(const PluginContext& context) {
+  if (context.config.has("pretrained_checkpoint"))
+    return context.config.string("pretrained_checkpoint");
+  if (!context.core.checkpoint.load.empty()) return context.core.checkpoint.load;
+  context.config.fail("pretrained_checkpoint",
+                      "required key is missing: name the checkpoint to evaluate (a directory or "
+                      "an .h5 file), or set [checkpoint] load");
+}
+
+void write_task_results(const PluginContext& context, const Results& results) {
+  if (!context.config.has("results_file")) return;
+  if (context.parallel.world_rank() != context.parallel.world_size() - 1) return;
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : results)
+    std::visit([&](const auto& v) { out[key] = v; }, value);
+  const std::string file = context.config.string("results_file");
+  std::ofstream stream(file);
+  stream << out.dump(2) << "\n";
+  stream.close();
+  if (!stream) throw Error("cannot write [task] results_file '" + file + "'");
+}
+
+}  // namespace megatron::tasks

@@ -1,0 +1,37 @@
+// ModelBuildInfo from the parallel state and the core config (megatron/train/model_setup.h).
+#include "megatron/train/model_setup.h"
+
+namespace megatron::train {
+
+PipelineLayout model_pipeline_layout(const config::CoreConfig& core, const Model& model) {
+  return pipeline_layout(core.parallel, model.dimensions().num_layers);
+}
+
+ModelBuildInfo model_build_info(ParallelState& parallel, const config::CoreConfig& core,
+                                const Model& model, std::int64_t vocab_size,
+                                std::int64_t seq_length, const SampleSpec& sample_fields) {
+  ModelBuildInfo info;
+  info.vocab_size = vocab_size;
+  info.seq_length = seq_length;
+  info.sample_fields = sample_fields;
+  info.device = parallel.device();
+  info.seed = static_cast<std::uint64_t>(core.training.seed);
+  info.tensor_comm = parallel.tp_size() > 1 ? &parallel.device_comm(Group::tensor) : nullptr;
+  info.tp_rank = parallel.tp_rank();
+  info.tp_size = parallel.tp_size();
+  info.sequence_parallel = core.parallel.sequence_parallel;
+  const PipelineLayout pipeline = model_pipeline_layout(core, model);
+  if (pipeline.pipeline_size > 1) {
+    info.pipeline.rank = parallel.pp_rank();
+    info.pipeline.size = pipeline.pipeline_size;
+    for (int c = 0; c < pipeline.virtual_size; ++c)
+      info.pipeline.chunks.push_back(stage_layers(pipeline, parallel.pp_rank(), c));
+  }
+  // Mixed precision: fp32 master weights; GEMM inputs in bf16/fp16.
+  info.compute_dtype = core.training.bf16   ? DType::bf16
+                       : core.training.fp16 ? DType::f16
+                                            : DType::f32;
+  return info;
+}
+
+}  // namespace megatron::train
