@@ -40,8 +40,13 @@ std::unique_ptr<Tokenizer> task_tokenizer(const config::ConfigTable& t) {
 }
 
 std::filesystem::path task_checkpoint(const PluginContext& context) {
-  if (context.config.has("pretrained_checkpoint"))
-    return context.config.string("pretrained_checkpoint");
+  if (context.config.has("pretrained_checkpoint")) {
+    const std::filesystem::path path = context.config.string("pretrained_checkpoint");
+    if (!std::filesystem::exists(path)) {
+      context.config.fail("pretrained_checkpoint", "'" + path.string() + "' does not exist");
+    }
+    return path;
+  }
   if (!context.core.checkpoint.load.empty()) return context.core.checkpoint.load;
   context.config.fail("pretrained_checkpoint",
                       "required key is missing: name the checkpoint to evaluate (a directory or "
