@@ -27,8 +27,7 @@ class SessionTaskHost final : public TaskHost {
       : session_(session), parallel_(parallel) {}
 
   std::unique_ptr<Model> create_model() override {
-    return create_plugin<Model>(session_, parallel_, "model", "megatron::Model",
-                                "type = \"gpt\"");
+    return create_plugin<Model>(session_, parallel_, "model", "megatron::Model", "type = \"gpt\"");
   }
   std::string model_type() const override {
     const SelectedPlugin* model = session_.selected_for("model");

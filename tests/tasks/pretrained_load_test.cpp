@@ -26,7 +26,8 @@ class PretrainedLoad : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("pretrained_load_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("pretrained_load_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::remove_all(dir_);
     checkpoint::CheckpointState s;
     s.iteration = 7;
@@ -67,12 +68,14 @@ TEST_F(PretrainedLoad, InitialisesNewHeadsAndSkipsPretrainingHeads) {
   rules.initialise = {"classification_head."};
   rules.skip = {"lm_head.", "binary_head."};
   rules.model_type = "bert";
-  const train::PretrainedReport report = train::load_pretrained(dir_, params, parallel_, rules, *log_);
+  const train::PretrainedReport report =
+      train::load_pretrained(dir_, params, parallel_, rules, *log_);
   EXPECT_EQ(report.file, file_);
   EXPECT_EQ(report.iteration, 7);
   EXPECT_EQ(report.loaded, std::vector<std::string>{"encoder.weight"});
   EXPECT_EQ(report.initialised, std::vector<std::string>{"classification_head.weight"});
-  EXPECT_EQ(report.skipped, (std::vector<std::string>{"binary_head.weight", "lm_head.dense.weight"}));
+  EXPECT_EQ(report.skipped,
+            (std::vector<std::string>{"binary_head.weight", "lm_head.dense.weight"}));
   EXPECT_EQ(params.find("encoder.weight")->value.to_vector<float>(), std::vector<float>(6, 1.5f));
   // The new head keeps its own initialisation.
   EXPECT_EQ(params.find("classification_head.weight")->value.to_vector<float>(),
@@ -108,8 +111,9 @@ TEST_F(PretrainedLoad, RefusesWhatTheRulesDoNotAllowAndLeavesTheModelAsBuilt) {
     rules.initialise = {"classification_head."};
     rules.skip = {"lm_head.", "binary_head."};
     const std::string message = refusal(params, rules);
-    EXPECT_NE(message.find("tensor 'encoder.weight' has shape [2, 3] there, the model expects [3, 3]"),
-              std::string::npos)
+    EXPECT_NE(
+        message.find("tensor 'encoder.weight' has shape [2, 3] there, the model expects [3, 3]"),
+        std::string::npos)
         << message;
   }
   {

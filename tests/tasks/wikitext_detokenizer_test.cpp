@@ -33,7 +33,9 @@ TEST(WikitextDetokenizer, HeadingsContractionsAndMisc) {
   // "s '" closes the contraction, and then the quote rule pairs it with the next quote.
   EXPECT_EQ(wikitext_detokenize("the girls ' books , John 's hat"), "the girls'books, John's hat");
   EXPECT_EQ(wikitext_detokenize("John 's hat"), "John's hat");
-  EXPECT_EQ(wikitext_detokenize("it was 20 \xc2\xb0 C , N of"), "it was 20\xc2\xb0" "C, 1 of");
+  EXPECT_EQ(wikitext_detokenize("it was 20 \xc2\xb0 C , N of"),
+            "it was 20\xc2\xb0"
+            "C, 1 of");
   EXPECT_EQ(wikitext_detokenize("a N b"), "a 1 b");
   // Megatron's re.sub(r"/' [0-9]/", r"/'[0-9]/") replaces the match with that literal text.
   EXPECT_EQ(wikitext_detokenize("x/' 5/y /' a/"), "x/'[0-9]/y /' a/");
@@ -45,7 +47,7 @@ TEST(PythonText, WhitespaceAsPythonStrDefinesIt) {
   EXPECT_EQ(python_strip(" \t\n a b \xc2\xa0\r\n"), "a b");  // NBSP is whitespace to Python
   EXPECT_EQ(python_strip("   "), "");
   EXPECT_EQ(python_strip("\xc3\xa9t\xc3\xa9"), "\xc3\xa9t\xc3\xa9");  // é is not
-  const auto words = python_split("  one\ttwo\xe3\x80\x80three \n");     // U+3000 separates
+  const auto words = python_split("  one\ttwo\xe3\x80\x80three \n");  // U+3000 separates
   ASSERT_EQ(words.size(), 3u);
   EXPECT_EQ(words[0], "one");
   EXPECT_EQ(words[1], "two");

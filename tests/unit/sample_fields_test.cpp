@@ -99,8 +99,9 @@ TEST(StepResult, AddsByNameInFirstSeenOrderAndObjectiveSumsMeans) {
 
 TEST(StepResult, StacksOutputsOfMicroBatchesInOrder) {
   StepResult a{{}, {{"token_argmax", Tensor::from(std::vector<std::int64_t>{1, 2, 3, 4}, {2, 2})}}};
-  a.add({{}, {{"token_argmax", Tensor::from(std::vector<std::int64_t>{5, 6}, {1, 2})},
-              {"token_loss", Tensor::from(std::vector<float>{0.5f, 1.5f}, {1, 2})}}});
+  a.add({{},
+         {{"token_argmax", Tensor::from(std::vector<std::int64_t>{5, 6}, {1, 2})},
+          {"token_loss", Tensor::from(std::vector<float>{0.5f, 1.5f}, {1, 2})}}});
   ASSERT_EQ(a.outputs.size(), 2u);
   EXPECT_EQ(a.outputs[0].second.shape(), (Shape{3, 2}));
   EXPECT_EQ(a.outputs[0].second.to_vector<std::int64_t>(),

@@ -1,8 +1,8 @@
 // Names of plugin kinds and the config tables that select them.
-#include "megatron/plugin.h"
 #include "megatron/dataset.h"
 #include "megatron/model.h"
 #include "megatron/optimizer.h"
+#include "megatron/plugin.h"
 #include "megatron/task.h"
 
 namespace megatron {

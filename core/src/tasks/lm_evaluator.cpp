@@ -34,8 +34,8 @@ LmEvaluator::LmEvaluator(PluginContext& context, TaskHost& host, const std::stri
   context.log.info("{}", model_->describe());
   train::PretrainedRules rules;
   rules.model_type = host.model_type();
-  const train::PretrainedReport report =
-      train::load_pretrained(checkpoint, model_->parameters(), context.parallel, rules, context.log);
+  const train::PretrainedReport report = train::load_pretrained(
+      checkpoint, model_->parameters(), context.parallel, rules, context.log);
   context.log.info("{}: evaluating {} (iteration {})", task_name, report.file.string(),
                    report.iteration);
 }
@@ -93,7 +93,8 @@ LmTotals LmEvaluator::evaluate(const std::vector<LmSample>& samples, bool accura
     totals.loss_sum = lm->sum;
     totals.targets = static_cast<std::int64_t>(std::llround(lm->count));
   } else if (!batches.empty()) {
-    throw Error(task_name_ + ": the model reported no 'lm loss'; it cannot be evaluated as a "
+    throw Error(task_name_ +
+                ": the model reported no 'lm loss'; it cannot be evaluated as a "
                 "language model");
   }
   if (accuracy && !batches.empty()) {
@@ -105,7 +106,8 @@ LmTotals LmEvaluator::evaluate(const std::vector<LmSample>& samples, bool accura
         if (index >= n) continue;
         const LmSample& s = samples[static_cast<std::size_t>(index)];
         bool all_right = true;  // Megatron: positions outside the mask count as right
-        const std::size_t row = (b * static_cast<std::size_t>(mbs) + static_cast<std::size_t>(i)) * seq;
+        const std::size_t row =
+            (b * static_cast<std::size_t>(mbs) + static_cast<std::size_t>(i)) * seq;
         for (std::size_t j = 0; j < seq; ++j) {
           if (s.loss_mask[j] && predicted[row + j] != s.tokens[j + 1]) all_right = false;
         }

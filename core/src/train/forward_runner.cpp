@@ -125,10 +125,10 @@ StepResult ForwardRunner::run(const std::vector<Batch>& micro_batches, bool toke
   }
   Communicator& pipeline = parallel_.device_comm(Group::pipeline);
   StepResult last = run_pipeline_step(
-      model_, {layout, parallel_.pp_rank(), pipeline, static_cast<std::int64_t>(micro_batches.size()),
-               mbs, parallel_.device(), false,
-               [&](std::int64_t k) { return micro_batches[static_cast<std::size_t>(k)]; },
-               options});
+      model_,
+      {layout, parallel_.pp_rank(), pipeline, static_cast<std::int64_t>(micro_batches.size()), mbs,
+       parallel_.device(), false,
+       [&](std::int64_t k) { return micro_batches[static_cast<std::size_t>(k)]; }, options});
   // The last stage computed the results; every stage gets them.
   Communicator& host = parallel_.comm(Group::pipeline);
   const int root = pp - 1;

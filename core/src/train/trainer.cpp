@@ -116,10 +116,9 @@ TrainSummary Trainer::run() {
   t.sample_fields = t.dataset.sample_fields();
   t.dataset.build(samples);
 
-  ModelBuildInfo info =
-      model_build_info(parallel, core, t.model,
-                       static_cast<std::int64_t>(t.dataset.tokenizer().vocab_size()),
-                       t.dataset.seq_length(), t.sample_fields);
+  ModelBuildInfo info = model_build_info(
+      parallel, core, t.model, static_cast<std::int64_t>(t.dataset.tokenizer().vocab_size()),
+      t.dataset.seq_length(), t.sample_fields);
   const PipelineLayout pipeline = model_pipeline_layout(core, t.model);
   const int pp = pipeline.pipeline_size, pp_rank = parallel.pp_rank();
   if (pp > 1) {

@@ -100,16 +100,17 @@ StepResult GptModel::post_forward(const nn::LayerContext& ctx, const Batch& batc
   auto st = std::make_unique<HeadState>();
   if (options.backward) st->dnormed = be.empty(normed.shape(), info().param_dtype);
   nn::LmTokenOutputs tokens;
-  const nn::LmLossResult loss = nn::lm_loss(
-      be, normed, output_weight(), labels, mask, options.loss_scale,
-      options.backward ? &st->dnormed : nullptr, info().compute_dtype, tp(), nullptr,
-      options.token_outputs ? &tokens : nullptr);
+  const nn::LmLossResult loss =
+      nn::lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
+                  options.backward ? &st->dnormed : nullptr, info().compute_dtype, tp(), nullptr,
+                  options.token_outputs ? &tokens : nullptr);
   state = std::move(st);
   StepResult result{{{"lm loss", loss.loss_sum, loss.token_count}}, {}};
   if (options.token_outputs) {
     // Rows are sequence-major (s * B + b); outputs are per sample, (B, S).
     const std::int64_t b = batch["labels"].size(0), s = batch["labels"].size(1);
-    result.outputs.emplace_back("token_loss", tokens.loss.view({s, b}).transpose(0, 1).contiguous());
+    result.outputs.emplace_back("token_loss",
+                                tokens.loss.view({s, b}).transpose(0, 1).contiguous());
     result.outputs.emplace_back("token_argmax",
                                 tokens.argmax.view({s, b}).transpose(0, 1).contiguous());
   }

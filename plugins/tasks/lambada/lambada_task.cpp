@@ -100,8 +100,8 @@ class LambadaTask final : public Task {
         throw ConfigError(where + ": expected an object with a string \"text\"");
       }
       try {
-        samples.push_back(make_sample(*tokenizer, doc["text"].get<std::string>(), strict, seq,
-                                      where));
+        samples.push_back(
+            make_sample(*tokenizer, doc["text"].get<std::string>(), strict, seq, where));
       } catch (const ConfigError&) {
         throw;
       } catch (const Error& e) {
@@ -125,15 +125,15 @@ class LambadaTask final : public Task {
       const std::string rule(text.size() + 1, '-');
       std::cout << rule << "\n" << text << "\n" << rule << std::endl;
     }
-    tasks::write_task_results(context_, {{"task", std::string("LAMBADA")},
-                                         {"correct", totals.correct},
-                                         {"total", total},
-                                         {"accuracy", accuracy},
-                                         // Not Megatron's: the targets' mean cross-entropy.
-                                         {"num_targets", totals.targets},
-                                         {"target_loss", totals.loss_sum /
-                                                             static_cast<double>(totals.targets)},
-                                         {"strict_lambada", std::string(strict ? "true" : "false")}});
+    tasks::write_task_results(
+        context_, {{"task", std::string("LAMBADA")},
+                   {"correct", totals.correct},
+                   {"total", total},
+                   {"accuracy", accuracy},
+                   // Not Megatron's: the targets' mean cross-entropy.
+                   {"num_targets", totals.targets},
+                   {"target_loss", totals.loss_sum / static_cast<double>(totals.targets)},
+                   {"strict_lambada", std::string(strict ? "true" : "false")}});
     return {{{"number correct", static_cast<double>(totals.correct)},
              {"total examples", static_cast<double>(total)},
              {"avg accuracy", accuracy}}};
@@ -150,8 +150,8 @@ std::unique_ptr<Plugin> create(PluginContext& context) {
 const PluginDescriptor* descriptor() {
   static const PluginDescriptor d = make_plugin_descriptor(
       PluginKind::task, "lambada", "1.0.0",
-      "LAMBADA cloze accuracy of a pretrained language model (Megatron's LAMBADA)",
-      declare_config, create);
+      "LAMBADA cloze accuracy of a pretrained language model (Megatron's LAMBADA)", declare_config,
+      create);
   return &d;
 }
 

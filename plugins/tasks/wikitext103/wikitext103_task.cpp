@@ -52,8 +52,8 @@ class Wikitext103Task final : public Task {
     const config::ConfigTable& t = context_.config;
     const std::vector<std::string>& files = t.string_list("valid_data");
     if (files.size() != 1) {
-      t.fail("valid_data", "WIKITEXT103 evaluates exactly one file, got " +
-                               std::to_string(files.size()));
+      t.fail("valid_data",
+             "WIKITEXT103 evaluates exactly one file, got " + std::to_string(files.size()));
     }
     const std::string& file = files.front();
     const std::int64_t seq = t.integer("seq_length"), stride = t.integer("overlapping_eval");
@@ -83,8 +83,8 @@ class Wikitext103Task final : public Task {
     context_.log.info("WIKITEXT103: {} original tokens, {} detokenized tokens", original_tokens,
                       tokenized);
 
-    const std::vector<tasks::LmSample> windows = make_windows(tokens, seq, stride,
-                                                              tokenizer->eod());
+    const std::vector<tasks::LmSample> windows =
+        make_windows(tokens, seq, stride, tokenizer->eod());
     tasks::LmEvaluator evaluator(context_, host, "WIKITEXT103", *tokenizer, seq,
                                  tasks::task_checkpoint(context_));
     const tasks::LmTotals totals = evaluator.evaluate(windows, false);
@@ -95,23 +95,22 @@ class Wikitext103Task final : public Task {
         static_cast<double>(tokenized - 1) / static_cast<double>(original_tokens - 1);
     const double adjusted = std::exp(std::min(20.0, avg_loss * ratio));
     if (context_.parallel.world_rank() == context_.parallel.world_size() - 1) {
-      const std::string line =
-          fmt::format(" validation results on WIKITEXT103 | avg loss: {:.4E} | ppl: {:.4E} | "
-                      "adjusted ppl: {:.4E} | token ratio: {} |",
-                      avg_loss, ppl, adjusted, python_float(ratio));
+      const std::string line = fmt::format(
+          " validation results on WIKITEXT103 | avg loss: {:.4E} | ppl: {:.4E} | "
+          "adjusted ppl: {:.4E} | token ratio: {} |",
+          avg_loss, ppl, adjusted, python_float(ratio));
       const std::string rule(line.size() + 1, '-');
       std::cout << rule << "\n" << line << "\n" << rule << std::endl;
     }
-    tasks::write_task_results(
-        context_, {{"task", std::string("WIKITEXT103")},
-                   {"avg_loss", avg_loss},
-                   {"ppl", ppl},
-                   {"adjusted_ppl", adjusted},
-                   {"token_ratio", ratio},
-                   {"num_original_tokens", original_tokens},
-                   {"num_tokenized_tokens", tokenized},
-                   {"num_windows", static_cast<std::int64_t>(windows.size())},
-                   {"scored_targets", totals.targets}});
+    tasks::write_task_results(context_, {{"task", std::string("WIKITEXT103")},
+                                         {"avg_loss", avg_loss},
+                                         {"ppl", ppl},
+                                         {"adjusted_ppl", adjusted},
+                                         {"token_ratio", ratio},
+                                         {"num_original_tokens", original_tokens},
+                                         {"num_tokenized_tokens", tokenized},
+                                         {"num_windows", static_cast<std::int64_t>(windows.size())},
+                                         {"scored_targets", totals.targets}});
     return {{{"avg loss", avg_loss}, {"ppl", ppl}, {"adjusted ppl", adjusted}}};
   }
 

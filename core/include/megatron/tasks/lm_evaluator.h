@@ -26,10 +26,10 @@ struct LmSample {
 
 // Sums over every sample of every data-parallel replica.
 struct LmTotals {
-  double loss_sum = 0;        // sum of the counted targets' cross-entropy
-  std::int64_t correct = 0;   // samples whose every counted target is the argmax prediction
-  std::int64_t samples = 0;   // samples evaluated
-  std::int64_t targets = 0;   // counted targets
+  double loss_sum = 0;       // sum of the counted targets' cross-entropy
+  std::int64_t correct = 0;  // samples whose every counted target is the argmax prediction
+  std::int64_t samples = 0;  // samples evaluated
+  std::int64_t targets = 0;  // counted targets
 };
 
 class LmEvaluator {
