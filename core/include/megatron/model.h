@@ -79,8 +79,8 @@ struct StepOptions {
   // while earlier layers compute (the distributed optimizer's overlapped all-gather). Empty: not
   // called.
   std::function<void(const std::vector<Parameter*>&)> params_needed;
-  // Forward only: also return per-token predictions in StepResult::outputs (evaluation tasks).
-  bool token_outputs = false;
+  // Forward only: also return per-sample predictions in StepResult::outputs (evaluation tasks).
+  bool outputs = false;
 };
 
 // One named loss (or metric) of a micro-batch: what it sums and over how many items, so the
@@ -96,11 +96,12 @@ struct LossTerm {
 
 struct StepResult {
   std::vector<LossTerm> losses;  // in the model's order, which is the order they are logged in
-  // With StepOptions::token_outputs: per-sample host tensors of shape (samples, ...), from the
-  // last pipeline stage. Language models give "token_loss" (B, S) f32, each token's
-  // cross-entropy against its label, and "token_argmax" (B, S) i64, the predicted id (the first
-  // largest logit over the padded vocabulary, computed vocabulary-parallel). Tokens whose loss
-  // mask is 0 may be skipped: loss 0, argmax -1.
+  // With StepOptions::outputs: per-sample host tensors of shape (samples, ...), from the last
+  // pipeline stage. Language models give "token_loss" (B, S) f32, each token's cross-entropy
+  // against its label, and "token_argmax" (B, S) i64, the predicted id (the first largest logit
+  // over the padded vocabulary, computed vocabulary-parallel); tokens whose loss mask is 0 may be
+  // skipped (loss 0, argmax -1). Task heads give "logits" (B, K) f32 and "prediction" (B) i64,
+  // the first largest logit's index.
   NamedTensors outputs;
 
   // Adds `other`'s sums and counts term by term (matched by name; new names are appended) and
@@ -110,6 +111,25 @@ struct StepResult {
   double objective() const;
   // nullptr when there is no such term.
   const LossTerm* find(const std::string& name) const;
+};
+
+// A downstream task's head in place of a model's pretraining heads: Megatron's legacy
+// Classification (pooler -> dropout -> Linear(h, classes)) and MultipleChoice (each of a sample's
+// choices through the model, pooler -> dropout -> Linear(h, 1), the choices' scores as logits)
+// over the same language model. Both read a class label per sample ("label", i32 scalar) and
+// report Megatron's fine-tuning loss, the micro-batch's mean cross-entropy, as "lm loss".
+struct TaskHead {
+  enum class Kind { pretraining, classification, multiple_choice };
+  Kind kind = Kind::pretraining;
+  std::int64_t num_classes = 0;  // classification: classes; multiple_choice: choices per sample
+};
+
+// What selecting a task head changes in the parameters, as name prefixes: the head's new
+// parameters (kept as initialised when a pretraining checkpoint loads) and the pretraining heads'
+// that are gone (skipped in such a checkpoint).
+struct TaskHeadParameters {
+  std::vector<std::string> added;
+  std::vector<std::string> dropped;
 };
 
 // The transformer dimensions memory planning needs (Megatron's argument names).
@@ -141,6 +161,9 @@ class Model : public Plugin {
   virtual ModelDimensions dimensions() const = 0;
   // Megatron's (key, value) summary of the architecture for logs and `plan`.
   virtual std::string describe() const = 0;
+  // Before input_fields() and build(): puts a task head in place of the pretraining heads. The
+  // default accepts only Kind::pretraining and refuses the rest with a ConfigError.
+  virtual TaskHeadParameters select_head(const TaskHead& head);
 
   // ---- pipeline parallelism (optional; the defaults refuse with the plugin's name) ----------
   // Activations pass between virtual stages as named tensors (T5's decoder stages receive the

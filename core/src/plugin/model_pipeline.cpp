@@ -49,6 +49,15 @@ SampleSpec Model::stage_inputs(int, std::int64_t) const {
   no_pipeline("stage_inputs");
 }
 
+TaskHeadParameters Model::select_head(const TaskHead& head) {
+  if (head.kind != TaskHead::Kind::pretraining) {
+    throw ConfigError(
+        "this [model] plugin has no classification or multiple-choice head; downstream tasks "
+        "that fine-tune (RACE, MNLI, QQP) need one (the bert model has them)");
+  }
+  return {};
+}
+
 void StepResult::add(const StepResult& other) {
   for (const LossTerm& t : other.losses) {
     LossTerm* mine = nullptr;

@@ -99,7 +99,7 @@ StepResult decode(Bytes& b) {
 ForwardRunner::ForwardRunner(Model& model, ParallelState& parallel, const config::CoreConfig& core)
     : model_(model), parallel_(parallel), core_(core) {}
 
-StepResult ForwardRunner::run(const std::vector<Batch>& micro_batches, bool token_outputs) {
+StepResult ForwardRunner::run(const std::vector<Batch>& micro_batches, bool outputs) {
   if (micro_batches.empty()) return {};
   const std::int64_t mbs = micro_batches.front().size();
   for (const Batch& b : micro_batches) {
@@ -108,11 +108,11 @@ StepResult ForwardRunner::run(const std::vector<Batch>& micro_batches, bool toke
                   std::to_string(mbs) + " samples; every micro-batch must have the same size");
     }
   }
-  auto options = [token_outputs](std::int64_t) {
+  auto options = [outputs](std::int64_t) {
     StepOptions o;
     o.backward = false;
     o.training = false;
-    o.token_outputs = token_outputs;
+    o.outputs = outputs;
     return o;
   };
   const PipelineLayout layout = model_pipeline_layout(core_, model_);

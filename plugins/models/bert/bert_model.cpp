@@ -34,7 +34,51 @@ BertModel::BertModel(BertConfig config)
     : LayerStackModel(std::move(config.model), "BERT", "encoder"),
       binary_head_(config.binary_head) {}
 
+TaskHeadParameters BertModel::select_head(const TaskHead& head) {
+  if (head.kind != TaskHead::Kind::pretraining &&
+      head.num_classes < 1 + (head.kind == TaskHead::Kind::classification)) {
+    throw ConfigError("BERT: a task head needs at least 2 classes or choices, got " +
+                      std::to_string(head.num_classes));
+  }
+  head_ = head;
+  if (head.kind == TaskHead::Kind::pretraining) return {};
+  TaskHeadParameters names;
+  names.added = {head.kind == TaskHead::Kind::classification ? "classification_head."
+                                                             : "multichoice_head."};
+  // Megatron's task models always pool; a checkpoint without the binary head has no pooler.
+  if (!binary_head_) names.added.push_back("pooler.");
+  names.dropped = {"lm_head.", "output_layer.", "binary_head."};
+  return names;
+}
+
+std::int64_t BertModel::sequences_per_sample() const {
+  return head_.kind == TaskHead::Kind::multiple_choice ? head_.num_classes : 1;
+}
+
+Tensor BertModel::sequences(const Batch& batch, const char* field) const {
+  const Tensor& t = batch[field];
+  const std::int64_t c = sequences_per_sample();
+  if (c == 1) return t;
+  if (t.dim() != 3 || t.size(1) != c) {
+    throw Error("BERT multiple-choice head: field '" + std::string(field) + "' is " + t.describe() +
+                "; expected (samples, " + std::to_string(c) + ", sequence)");
+  }
+  return t.view({t.size(0) * c, t.size(2)});
+}
+
+SampleSpec BertModel::stage_inputs(int virtual_stage, std::int64_t micro_batch_size) const {
+  return LayerStackModel::stage_inputs(virtual_stage, micro_batch_size * sequences_per_sample());
+}
+
 SampleSpec BertModel::input_fields() const {
+  if (head_.kind != TaskHead::Kind::pretraining) {
+    // Megatron's process_batch for tasks: text, types, padding_mask and a class label; a
+    // multiple-choice sample holds all its choices' sequences, (choices, S) (checked per batch).
+    return {{"text", DType::i32, {}, FieldKind::token_ids},
+            {"types", DType::i32, {}, FieldKind::value},
+            {"padding_mask", DType::i32, {}, FieldKind::mask},
+            {"label", DType::i32, {}, FieldKind::value}};
+  }
   SampleSpec fields = {{"text", DType::i32, {}, FieldKind::token_ids},
                        {"types", DType::i32, {}, FieldKind::value},
                        {"labels", DType::i32, {}, FieldKind::labels},
@@ -63,13 +107,18 @@ std::uint64_t BertModel::declare_pre_process(nn::ParamFactory& factory) {
   embedding_.declare(factory, "embedding", padded_vocab_, tc.hidden_size,
                      learned ? config_.max_position_embeddings : 0, tc.init_method_std,
                      tc.hidden_dropout, binary_head_ ? 2 : 0);
-  share_word_embeddings(*embedding_.word_embeddings, false);
+  // A task head has no output layer, so nothing shares the word embeddings.
+  share_word_embeddings(*embedding_.word_embeddings, head_.kind != TaskHead::Kind::pretraining);
   return 1;  // the embedding dropout
 }
 
 void BertModel::declare_post_process(nn::ParamFactory& factory, bool with_pre_process) {
   const nn::TransformerConfig& tc = config_.transformer;
   const std::int64_t h = tc.hidden_size;
+  if (head_.kind != TaskHead::Kind::pretraining) {
+    declare_task_head(factory);
+    return;
+  }
   // The LM head's dense layer and LayerNorm are replicated and run on sequence shards under
   // sequence parallelism, so their gradients are partial sums (Megatron sets the attribute too).
   lm_dense_ = nn::Linear::declare(factory, "lm_head.dense", h, h, true, tc.init_method_std);
@@ -86,6 +135,17 @@ void BertModel::declare_post_process(nn::ParamFactory& factory, bool with_pre_pr
   }
 }
 
+void BertModel::declare_task_head(nn::ParamFactory& factory) {
+  // Megatron's Classification / MultipleChoice: the pooler, dropout and a plain (replicated)
+  // Linear of get_linear_layer's initialisation (normal weight, zero bias).
+  const nn::TransformerConfig& tc = config_.transformer;
+  const std::int64_t h = tc.hidden_size;
+  pooler_ = nn::Linear::declare(factory, "pooler.dense", h, h, true, tc.init_method_std);
+  const bool classes = head_.kind == TaskHead::Kind::classification;
+  task_head_ = nn::Linear::declare(factory, classes ? "classification_head" : "multichoice_head", h,
+                                   classes ? head_.num_classes : 1, true, tc.init_method_std);
+}
+
 Parameter& BertModel::output_weight() {
   return output_copy_ ? *output_copy_ : *embedding_.word_embeddings;
 }
@@ -93,20 +153,21 @@ Parameter& BertModel::output_weight() {
 nn::LayerInputs BertModel::layer_inputs(const nn::LayerContext& ctx, const Batch& batch) {
   nn::LayerInputs inputs;
   inputs.rotary = rotary_tables();
-  inputs.key_padding_mask = nn::key_padding_from_mask(ctx.backend, batch["padding_mask"]);
+  inputs.key_padding_mask =
+      nn::key_padding_from_mask(ctx.backend, sequences(batch, "padding_mask"));
   return inputs;
 }
 
 Tensor BertModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
                               std::unique_ptr<ProcessState>& state) {
-  const Tensor& text = batch["text"];
+  const Tensor text = sequences(batch, "text");
   if (text.size(1) != info().seq_length) {
     throw Error("BERT: batch of sequence length " + std::to_string(text.size(1)) +
                 ", model built for " + std::to_string(info().seq_length));
   }
   auto st = std::make_unique<EmbeddingState>();
   st->ids = nn::sequence_major(ctx.backend, text);
-  if (binary_head_) st->types = nn::sequence_major(ctx.backend, batch["types"]);
+  if (binary_head_) st->types = nn::sequence_major(ctx.backend, sequences(batch, "types"));
   Tensor x = ctx.backend.empty(
       {local_seq(text.size(1)), text.size(0), config_.transformer.hidden_size}, info().param_dtype);
   embedding_.forward(ctx, st->ids, 0, x, binary_head_ ? &st->types : nullptr);
@@ -125,7 +186,12 @@ std::string BertModel::describe() const {
   out << "BERT: " << tc.num_layers << " layers, hidden " << tc.hidden_size << ", "
       << tc.num_attention_heads << " heads, ffn " << tc.ffn_hidden_size << ", vocab "
       << info().vocab_size << " padded to " << padded_vocab_ << ", seq " << info().seq_length
-      << (binary_head_ ? ", binary head" : ", no binary head");
+      << (head_.kind == TaskHead::Kind::classification
+              ? ", classification head (" + std::to_string(head_.num_classes) + " classes)"
+          : head_.kind == TaskHead::Kind::multiple_choice
+              ? ", multiple-choice head (" + std::to_string(head_.num_classes) + " choices)"
+          : binary_head_ ? ", binary head"
+                         : ", no binary head");
   return describe_layout(out.str());
 }
 

@@ -2,7 +2,9 @@
 // embeddings, bidirectional pre-norm layers with the samples' padding mask, final norm, the LM
 // head (dense -> gelu -> LayerNorm -> tied projection + output bias) with the masked-LM loss
 // ("lm loss") and, with the binary head, the pooler (tanh of a dense layer on token 0) and the
-// sentence-order head ("sop loss").
+// sentence-order head ("sop loss"). With a task head selected (fine-tuning: Megatron's legacy
+// Classification and MultipleChoice) the pooler feeds dropout and a classification_head or
+// multichoice_head instead, and the pretraining heads are not declared.
 #pragma once
 
 #include "megatron/config/schema.h"
@@ -28,6 +30,9 @@ class BertModel : public nn::LayerStackModel {
 
   SampleSpec input_fields() const override;
   std::string describe() const override;
+  TaskHeadParameters select_head(const TaskHead& head) override;
+  // A multiple-choice micro-batch of B samples runs B x choices sequences.
+  SampleSpec stage_inputs(int virtual_stage, std::int64_t micro_batch_size) const override;
 
  protected:
   void prepare(const ModelBuildInfo& info) override;
@@ -44,26 +49,38 @@ class BertModel : public nn::LayerStackModel {
   Tensor post_backward(const nn::LayerContext& ctx, ProcessState* state) override;
 
  private:
-  // bert_heads.cpp: the LM head and loss, the pooler and SOP loss, forward and backward.
+  // bert_heads.cpp: the LM head and loss, and the pooled heads (the sentence-order head, a task
+  // head) with their mean cross-entropy, forward and backward.
   struct LmHeadState;
-  struct SopState;
+  struct PooledState;
   struct PostState;
   double lm_head_forward(const nn::LayerContext& ctx, const Batch& batch, const Tensor& normed,
                          const StepOptions& options, LmHeadState& st);
   Tensor lm_head_backward(const nn::LayerContext& ctx, LmHeadState& st);
-  double sop_forward(const nn::LayerContext& ctx, const Batch& batch, const Tensor& normed,
-                     const StepOptions& options, SopState& st);
-  // Adds the SOP loss's gradient to dnormed (rows of token 0).
-  void sop_backward(const nn::LayerContext& ctx, SopState& st, Tensor& dnormed);
+  // Token 0 of each of `rows` sequences -> pooler -> tanh -> [dropout] -> `head` -> logits,
+  // read as (rows x head outputs / classes, classes) scores -> mean cross-entropy against
+  // `targets` (one per score row). Returns the mean.
+  double pooled_forward(const nn::LayerContext& ctx, const Tensor& normed, std::int64_t rows,
+                        const nn::Linear& head, std::int64_t classes, const Tensor& targets,
+                        bool dropout, const StepOptions& options, PooledState& st);
+  // Adds the pooled head's loss gradient to dnormed (rows of token 0).
+  void pooled_backward(const nn::LayerContext& ctx, const nn::Linear& head, PooledState& st,
+                       Tensor& dnormed);
   Parameter& output_weight();
+  void declare_task_head(nn::ParamFactory& factory);
+  // Sequences per sample: the choices of a multiple-choice head, else 1.
+  std::int64_t sequences_per_sample() const;
+  // A per-sequence field of the batch as (sequences, S): (B, C, S) flattened for multiple choice.
+  Tensor sequences(const Batch& batch, const char* field) const;
 
   bool binary_head_ = true;
+  TaskHead head_;
   nn::Embedding embedding_;
   Parameter* output_copy_ = nullptr;  // the last stage's tied copy under pipeline parallelism
   nn::Linear lm_dense_;
   nn::Norm lm_norm_;
   Parameter* output_bias_ = nullptr;
-  nn::Linear pooler_, binary_head_layer_;
+  nn::Linear pooler_, binary_head_layer_, task_head_;
 };
 
 }  // namespace megatron::bert

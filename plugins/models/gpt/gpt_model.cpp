@@ -103,10 +103,10 @@ StepResult GptModel::post_forward(const nn::LayerContext& ctx, const Batch& batc
   const nn::LmLossResult loss =
       nn::lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
                   options.backward ? &st->dnormed : nullptr, info().compute_dtype, tp(), nullptr,
-                  options.token_outputs ? &tokens : nullptr);
+                  options.outputs ? &tokens : nullptr);
   state = std::move(st);
   StepResult result{{{"lm loss", loss.loss_sum, loss.token_count}}, {}};
-  if (options.token_outputs) {
+  if (options.outputs) {
     // Rows are sequence-major (s * B + b); outputs are per sample, (B, S).
     const std::int64_t b = batch["labels"].size(0), s = batch["labels"].size(1);
     result.outputs.emplace_back("token_loss",

@@ -125,6 +125,9 @@ class LayerStackModel : public Model {
   // On the first stage: marks the word embeddings as shared with the last stage's copy when they
   // are tied and the pipeline has several stages.
   void share_word_embeddings(Parameter& word_embeddings, bool untied);
+  // The first dropout site after the pre-process's and every layer's, the same on every stage:
+  // the post-process's own dropout (a task head's) uses it and the ones after it.
+  std::uint64_t post_process_dropout_site() const { return pre_sites_ + stack_.dropout_sites(); }
   // "GPT: 4 layers, hidden 128, ..." with this rank's parameter count and place.
   std::string describe_layout(const std::string& architecture) const;
 

@@ -19,10 +19,10 @@ class ForwardRunner {
 
   // Collective over the pipeline group (every stage calls it with the same number of equally
   // sized micro-batches; each stage reads the fields it needs). Returns the micro-batches' summed
-  // loss terms and, with `token_outputs`, their StepResult::outputs stacked in micro-batch order,
+  // loss terms and, with `outputs`, their StepResult::outputs stacked in micro-batch order,
   // the same on every tensor- and pipeline-parallel rank. Not reduced over data-parallel ranks:
   // each replica evaluates its own micro-batches.
-  StepResult run(const std::vector<Batch>& micro_batches, bool token_outputs);
+  StepResult run(const std::vector<Batch>& micro_batches, bool outputs);
 
  private:
   Model& model_;
