@@ -54,14 +54,18 @@ std::filesystem::path task_checkpoint(const PluginContext& context) {
 }
 
 void write_task_results(const PluginContext& context, const Results& results) {
-  if (!context.config.has("results_file")) return;
-  if (context.parallel.world_rank() != context.parallel.world_size() - 1) return;
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const auto& [key, value] : results)
     std::visit([&](const auto& v) { out[key] = v; }, value);
+  write_task_results_json(context, out.dump(2));
+}
+
+void write_task_results_json(const PluginContext& context, const std::string& json_text) {
+  if (!context.config.has("results_file")) return;
+  if (context.parallel.world_rank() != context.parallel.world_size() - 1) return;
   const std::string file = context.config.string("results_file");
   std::ofstream stream(file);
-  stream << out.dump(2) << "\n";
+  stream << json_text << "\n";
   stream.close();
   if (!stream) throw Error("cannot write [task] results_file '" + file + "'");
 }

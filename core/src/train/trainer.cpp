@@ -32,7 +32,27 @@ double seconds_since(Clock::time_point t) {
 Trainer::Trainer(TrainerServices services, Model& model, Optimizer& optimizer, Dataset& dataset)
     : impl_(std::make_unique<Impl>(std::move(services), model, optimizer, dataset)) {}
 
+Trainer::Trainer(TrainerServices services, Model& model, Optimizer& optimizer, Dataset& dataset,
+                 FinetuneSchedule schedule)
+    : Trainer(std::move(services), model, optimizer, dataset) {
+  impl_->finetune = std::move(schedule);
+}
+
 Trainer::~Trainer() = default;
+
+Batch Trainer::Impl::gather(data::Split split, const std::vector<std::int64_t>& indices) const {
+  Batch b = Batch::allocate(sample_fields, static_cast<std::int64_t>(indices.size()));
+  const std::int64_t size = dataset.size(split);
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= size) {
+      throw Error("the " + std::string(data::split_name(split)) + " split has " +
+                  std::to_string(size) + " samples; sample " + std::to_string(indices[i]) +
+                  " was asked for");
+    }
+    dataset.get(split, indices[i], b.sample(static_cast<std::int64_t>(i)));
+  }
+  return b;
+}
 
 Batch Trainer::Impl::micro_batch(data::Split split, std::int64_t position, std::int64_t k,
                                  std::int64_t mbs) const {
@@ -43,7 +63,9 @@ Batch Trainer::Impl::micro_batch(data::Split split, std::int64_t position, std::
   Batch b = Batch::allocate(sample_fields, mbs);
   const std::int64_t size = dataset.size(split);
   for (std::int64_t i = 0; i < mbs; ++i) {
-    const std::int64_t index = first + i;
+    std::int64_t index = first + i;
+    // Fine-tuning reads its validation samples round and round (Megatron's infinite loader).
+    if (finetune && split == data::Split::kValid && size > 0) index %= size;
     if (index >= size) {
       throw Error("the " + std::string(data::split_name(split)) + " split has " +
                   std::to_string(size) + " samples; sample " + std::to_string(index) +
@@ -85,7 +107,18 @@ std::vector<NamedLoss> loss_values(const StepResult& r) {
 TrainSummary Trainer::run() {
   Impl& t = *impl_;
   const config::CoreConfig& core = t.services.core;
-  const config::TrainingConfig& tc = core.training;
+  // Fine-tuning sets the length itself: epochs x batches per epoch (finetune_utils).
+  config::TrainingConfig training = core.training;
+  if (t.finetune) {
+    training.train_iters = t.finetune->epochs * t.finetune->iterations_per_epoch;
+    training.train_samples.reset();
+    if (!training.rampup_batch_size.empty()) {
+      throw ConfigError(
+          "[training] rampup_batch_size: batch-size ramp-up is not supported for "
+          "fine-tuning (as in Megatron's finetune_utils)");
+    }
+  }
+  const config::TrainingConfig& tc = training;
   Logger& log = t.services.log;
   ParallelState& parallel = t.services.parallel;
   const std::int64_t dp = parallel.dp_size(), dp_rank = parallel.dp_rank();
@@ -106,15 +139,31 @@ TrainSummary Trainer::run() {
   t.batches.emplace(BatchSchedule::from_config(tc, dp));
   const std::int64_t gbs = t.batches->global_batch_size();
   const std::int64_t mbs = t.batches->micro_batch_size();
+  if (t.finetune && t.batches->at(0).num_micro_batches != 1) {
+    throw ConfigError(
+        "[training] global_batch_size = " + std::to_string(gbs) +
+        ": fine-tuning runs one micro-batch per data-parallel rank and iteration (Megatron's "
+        "finetune_utils has no gradient accumulation); set it to micro_batch_size x "
+        "data-parallel size = " +
+        std::to_string(mbs * dp));
+  }
   t.train_iters = update_train_iters(tc, *t.batches);
   t.scheduler.emplace(make_optimizer_param_scheduler(tc, gbs));
   t.scaler = make_loss_scaler(tc);
 
   const std::array<std::int64_t, 3> samples = train_valid_test_num_samples(tc, gbs);
-  log.info("building datasets: {} train, {} valid, {} test samples", samples[0], samples[1],
-           samples[2]);
   t.sample_fields = t.dataset.sample_fields();
-  t.dataset.build(samples);
+  if (t.finetune) {
+    log.info(
+        "fine-tuning on {} train samples ({} iterations per epoch, {} epochs); {} valid "
+        "samples",
+        t.dataset.size(data::Split::kTrain), t.finetune->iterations_per_epoch, t.finetune->epochs,
+        t.dataset.size(data::Split::kValid));
+  } else {
+    log.info("building datasets: {} train, {} valid, {} test samples", samples[0], samples[1],
+             samples[2]);
+    t.dataset.build(samples);
+  }
 
   ModelBuildInfo info = model_build_info(
       parallel, core, t.model, static_cast<std::int64_t>(t.dataset.tokenizer().vocab_size()),
@@ -153,6 +202,8 @@ TrainSummary Trainer::run() {
   }
   t.optimizer.attach(opt_params);
   if (!core.checkpoint.load.empty()) t.load_checkpoint();
+  // finetune_utils: the pretrained checkpoint initialises the model when nothing was resumed.
+  if (t.finetune && t.iteration == 0 && t.finetune->initialise) t.finetune->initialise();
 
   std::ofstream metrics;
   if (last_rank && !core.logging.metrics_file.empty()) {
@@ -237,12 +288,18 @@ TrainSummary Trainer::run() {
       }
       return o;
     };
+    // Fine-tuning: this rank's samples of the epoch's shuffle (maybe a partial last batch).
+    const std::vector<std::int64_t> finetune_samples =
+        t.finetune ? t.finetune->train_samples(t.iteration) : std::vector<std::int64_t>{};
     auto batch = [&](std::int64_t k) {
+      if (t.finetune) return t.gather(data::Split::kTrain, finetune_samples);
       return t.micro_batch(data::Split::kTrain, t.consumed_train, k, mbs);
     };
+    const std::int64_t step_mbs =
+        t.finetune ? static_cast<std::int64_t>(finetune_samples.size()) : mbs;
     if (pp > 1) {
       sums = run_pipeline_step(t.model, {pipeline, pp_rank, parallel.device_comm(Group::pipeline),
-                                         m, mbs, t.device, true, batch, options});
+                                         m, step_mbs, t.device, true, batch, options});
     } else {
       for (std::int64_t k = 0; k < m; ++k)
         sums.add(t.model.step(batch(k), options(k)));
@@ -352,6 +409,18 @@ TrainSummary Trainer::run() {
       summary.last_checkpoint = t.save_checkpoint();
       last_saved = t.iteration;
     }
+    // Fine-tuning: a checkpoint and the task's callback (accuracies) at every epoch's end.
+    if (t.finetune && t.iteration % t.finetune->iterations_per_epoch == 0) {
+      if (!core.checkpoint.save.empty() && last_saved != t.iteration) {
+        bar.clear();
+        summary.last_checkpoint = t.save_checkpoint();
+        last_saved = t.iteration;
+      }
+      if (t.finetune->end_of_epoch) {
+        bar.clear();
+        t.finetune->end_of_epoch(t.iteration / t.finetune->iterations_per_epoch - 1);
+      }
+    }
     if (stop) {
       log.info("stopping at iteration {} ({})", t.iteration,
                stop_requested() ? "signal received" : "exit_interval");
@@ -361,7 +430,7 @@ TrainSummary Trainer::run() {
   }
 
   bar.clear();
-  if (!summary.interrupted) {
+  if (!summary.interrupted && !t.finetune) {
     if (!core.checkpoint.save.empty() && last_saved != t.iteration) {
       summary.last_checkpoint = t.save_checkpoint();
     }

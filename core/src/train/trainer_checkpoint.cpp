@@ -149,7 +149,7 @@ void Trainer::Impl::load_checkpoint() {
                       cc.load);
     return;
   }
-  const bool finetune = cc.finetune;
+  const bool weights_only = cc.finetune;
   // The weights through the public loader (no tensor may differ), then what resuming adds.
   const PretrainedReport loaded =
       load_pretrained(dir, model.parameters(), services.parallel, {}, services.log);
@@ -158,7 +158,7 @@ void Trainer::Impl::load_checkpoint() {
   const checkpoint::CheckpointState& s = reader.attributes();
   ParameterSet& params = model.parameters();
   services.log.info("loaded model weights from {} (iteration {})", file, s.iteration);
-  if (finetune) return;  // weights only; iteration and data position start at 0
+  if (weights_only) return;  // [checkpoint] finetune: iteration and data position start at 0
 
   iteration = s.iteration;
   consumed_train = s.consumed_train_samples;

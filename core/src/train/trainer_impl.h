@@ -20,6 +20,7 @@ struct Trainer::Impl {
   Model& model;
   Optimizer& optimizer;
   Dataset& dataset;
+  std::optional<FinetuneSchedule> finetune;  // fine-tuning task's schedule, if any
 
   Device device = Device::cpu();
   SampleSpec sample_fields;  // the dataset's, read once
@@ -46,6 +47,8 @@ struct Trainer::Impl {
   // data-parallel rank reads it.
   Batch micro_batch(data::Split split, std::int64_t position, std::int64_t k,
                     std::int64_t micro_batch_size) const;
+  // These samples of `split` as one micro-batch.
+  Batch gather(data::Split split, const std::vector<std::int64_t>& indices) const;
 };
 
 }  // namespace megatron::train

@@ -34,5 +34,7 @@ using Results = std::vector<std::pair<std::string, ResultValue>>;
 // Writes `results` as one JSON object (keys in order) to [task] results_file, when set, from the
 // last world rank (the one that prints); throws Error naming the file when it cannot be written.
 void write_task_results(const PluginContext& context, const Results& results);
+// The same for results already serialised as JSON text.
+void write_task_results_json(const PluginContext& context, const std::string& json_text);
 
 }  // namespace megatron::tasks

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,9 +34,30 @@ struct TrainSummary {
   std::string last_checkpoint;        // file written last, if any
 };
 
+// How a fine-tuning task drives the loop instead of the pretraining sampler and train_iters
+// (Megatron's tasks/finetune_utils): one micro-batch per data-parallel rank per iteration,
+// epochs of the train split, a checkpoint and a callback at the end of each epoch, and the
+// pretrained model loaded when no checkpoint is resumed.
+struct FinetuneSchedule {
+  std::int64_t epochs = 0;
+  std::int64_t iterations_per_epoch = 0;
+  // The train-split samples of iteration `iteration` (0-based, counting from the first epoch) on
+  // this data-parallel rank; fewer than the micro-batch size for a kept partial last batch.
+  std::function<std::vector<std::int64_t>(std::int64_t iteration)> train_samples;
+  // Called on every rank when no checkpoint is resumed, after the model and optimizer are set up:
+  // loads the pretrained weights.
+  std::function<void()> initialise;
+  // Called on every rank at the end of epoch `epoch` (0-based), after its checkpoint.
+  std::function<void(std::int64_t epoch)> end_of_epoch;
+};
+
 class Trainer {
  public:
   Trainer(TrainerServices services, Model& model, Optimizer& optimizer, Dataset& dataset);
+  // Fine-tuning: the loop follows `schedule` (the dataset's valid split is read round and round
+  // for the periodic validation loss, as Megatron's infinite valid loader).
+  Trainer(TrainerServices services, Model& model, Optimizer& optimizer, Dataset& dataset,
+          FinetuneSchedule schedule);
   ~Trainer();
   // Builds data, model and optimizer state (loading [checkpoint] load when it holds a
   // checkpoint), then trains to train_iters.
