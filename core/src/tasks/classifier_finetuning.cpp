@@ -3,8 +3,11 @@
 // accuracy over the forward runner.
 #include "megatron/tasks/classifier_finetuning.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -172,9 +175,36 @@ TaskResult ClassifierFinetuning::run(const std::vector<LabelledSample>& train,
     parallel.comm(Group::data).all_reduce(std::span<double>(counts), ReduceOp::sum);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return std::pair{SetAccuracy{set.name, static_cast<std::int64_t>(counts[0]),
-                                 static_cast<std::int64_t>(counts[1])},
-                     seconds};
+    // Megatron's output_predictions (evaluation only, one data-parallel rank): every sample's
+    // softmax over its classes or choices, and its label.
+    nlohmann::ordered_json predictions = nlohmann::ordered_json::object();
+    if (epochs == 0 && dp == 1 && !batches.empty()) {
+      const Tensor& logits = named_tensor(r.outputs, "logits", "the model's outputs");
+      const std::int64_t k = logits.size(1);
+      const std::vector<float> values = logits.to_vector<float>();
+      nlohmann::ordered_json softmaxes = nlohmann::ordered_json::array(),
+                             raw = nlohmann::ordered_json::array(),
+                             labels = nlohmann::ordered_json::array();
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* row = values.data() + i * k;
+        const double top = *std::max_element(row, row + k);
+        double z = 0;
+        for (std::int64_t c = 0; c < k; ++c)
+          z += std::exp(static_cast<double>(row[c]) - top);
+        std::vector<double> p;
+        for (std::int64_t c = 0; c < k; ++c)
+          p.push_back(std::exp(static_cast<double>(row[c]) - top) / z);
+        softmaxes.push_back(p);
+        raw.push_back(std::vector<float>(row, row + k));
+        labels.push_back(set.samples[static_cast<std::size_t>(i)].label);
+      }
+      predictions["softmaxes"] = softmaxes;
+      predictions["logits"] = raw;  // not Megatron's: the scores themselves, for checks
+      predictions["labels"] = labels;
+    }
+    return std::tuple{SetAccuracy{set.name, static_cast<std::int64_t>(counts[0]),
+                                  static_cast<std::int64_t>(counts[1])},
+                      seconds, predictions};
   };
 
   nlohmann::ordered_json history = nlohmann::ordered_json::array();
@@ -184,7 +214,7 @@ TaskResult ClassifierFinetuning::run(const std::vector<LabelledSample>& train,
     nlohmann::ordered_json sets = nlohmann::ordered_json::array();
     std::int64_t correct = 0, total = 0;
     for (const LabelledSet& set : valid) {
-      const auto [acc, seconds] = accuracy(set);
+      const auto [acc, seconds, predictions] = accuracy(set);
       correct += acc.correct;
       total += acc.total;
       const double percent =
@@ -197,10 +227,13 @@ TaskResult ClassifierFinetuning::run(const std::vector<LabelledSample>& train,
                          epoch, acc.name, acc.correct, acc.total, percent, seconds)
                   << std::endl;
       }
-      sets.push_back({{"name", acc.name},
-                      {"correct", acc.correct},
-                      {"total", acc.total},
-                      {"accuracy", percent / 100.0}});
+      nlohmann::ordered_json entry = {{"name", acc.name},
+                                      {"correct", acc.correct},
+                                      {"total", acc.total},
+                                      {"accuracy", percent / 100.0}};
+      for (const auto& [key, value] : predictions.items())
+        entry[key] = value;
+      sets.push_back(std::move(entry));
     }
     last_overall = total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
     if (last_rank) {
