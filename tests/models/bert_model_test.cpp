@@ -7,26 +7,14 @@
 #include <set>
 
 #include "bert_model.h"
+#include "bert_test_config.h"
 #include "common/model_checks.h"
 
 namespace megatron::bert {
 namespace {
 
 BertConfig tiny_config(bool binary_head) {
-  BertConfig c;
-  c.binary_head = binary_head;
-  nn::TransformerConfig& t = c.model.transformer;
-  t.num_layers = 2;
-  t.hidden_size = 16;
-  t.num_attention_heads = 4;
-  t.num_query_groups = 4;
-  t.kv_channels = 4;
-  t.ffn_hidden_size = 24;
-  t.hidden_dropout = 0;
-  t.attention_dropout = 0;
-  t.init_method_std = 0.2f;  // large enough that every path carries a visible gradient
-  c.model.make_vocab_size_divisible_by = 8;
-  return c;
+  return tiny_bert_config(binary_head);
 }
 
 // Samples of length s with `real[b]` real tokens then padding; labels -1 except at masked

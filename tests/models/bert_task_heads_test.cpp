@@ -7,27 +7,16 @@
 #include <random>
 
 #include "bert_model.h"
+#include "bert_test_config.h"
 #include "common/model_checks.h"
 #include "megatron/error.h"
 
 namespace megatron::bert {
 namespace {
 
+// The head's dropout is off in these fp64 checks (training = false), but declared.
 BertConfig tiny_config(bool binary_head) {
-  BertConfig c;
-  c.binary_head = binary_head;
-  nn::TransformerConfig& t = c.model.transformer;
-  t.num_layers = 2;
-  t.hidden_size = 16;
-  t.num_attention_heads = 4;
-  t.num_query_groups = 4;
-  t.kv_channels = 4;
-  t.ffn_hidden_size = 24;
-  t.hidden_dropout = 0.1f;  // the head's dropout is off in these fp64 checks (training = false)
-  t.attention_dropout = 0;
-  t.init_method_std = 0.2f;
-  c.model.make_vocab_size_divisible_by = 8;
-  return c;
+  return tiny_bert_config(binary_head, 0.1f);
 }
 
 // `samples` samples of `choices` sequences (1: classification) of length s, with padding.
