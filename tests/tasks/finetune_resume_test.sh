@@ -13,6 +13,7 @@ run() {
 run --set "checkpoint.save=\"$work/straight\"" --set "task.results_file=\"$work/straight.json\"" \
     --set "logging.metrics_file=\"$work/straight.jsonl\""
 run --set "checkpoint.save=\"$work/resumed\"" --set "logging.metrics_file=\"$work/first.jsonl\"" \
+    --set "task.results_file=\"$work/first.json\"" \
     --set training.exit_interval=$stop
 test "$(cat "$work/resumed/latest_checkpointed_iteration.txt")" = "$stop"
 run --set "checkpoint.save=\"$work/resumed\"" --set "checkpoint.load=\"$work/resumed\"" \

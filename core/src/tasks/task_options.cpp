@@ -2,6 +2,7 @@
 // (megatron/tasks/task_options.h).
 #include "megatron/tasks/task_options.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -64,6 +65,14 @@ void write_task_results_json(const PluginContext& context, const std::string& js
   if (!context.config.has("results_file")) return;
   if (context.parallel.world_rank() != context.parallel.world_size() - 1) return;
   const std::string file = context.config.string("results_file");
+  // As for checkpoints: a missing directory is created (a fresh clone has no checkpoints/).
+  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) {
+    throw Error("cannot create the directory of [task] results_file '" + file +
+                "': " + error.message());
+  }
   std::ofstream stream(file);
   stream << json_text << "\n";
   stream.close();
