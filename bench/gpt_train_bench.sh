@@ -25,11 +25,7 @@ while read -r name layers hidden heads seq mbs; do
       --set "training.train_iters=$((n + 1))" --set training.lr_warmup_iters=0 \
       --set training.eval_iters=0 --set logging.log_interval=1 --set checkpoint.save= \
       --set "logging.metrics_file=$work/m.jsonl" "${flag[@]}" > /dev/null
-    ours=$(/usr/bin/python3 -c "
-import json, sys
-rows = [json.loads(l) for l in open('$work/m.jsonl') if '\"train\"' in l][1:]
-ms = sum(r['elapsed_ms'] for r in rows) / len(rows)
-print(f'{ms:.1f} ms/step, {$mbs * $seq / ms * 1000:.0f} tokens/s')")
+    ours=$(/usr/bin/python3 "$here/step_times.py" "$work/m.jsonl" $((mbs * seq)))
     rm -f "$work/m.jsonl"
     torch=$(/usr/bin/python3 "$here/gpt_train_torch.py" "$layers" "$hidden" "$heads" "$seq" "$mbs" \
       "$precision" "$n")

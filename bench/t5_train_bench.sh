@@ -45,12 +45,7 @@ for round in $(seq "$rounds"); do
       --set "training.train_iters=$((iterations + 1))" --set training.lr_warmup_fraction=0 \
       --set training.eval_iters=0 --set logging.log_interval=1 --set checkpoint.save= \
       --set "logging.metrics_file=$work/m.jsonl" "${flag[@]}" > /dev/null
-    ours=$(/usr/bin/python3 -c "
-import json
-rows = [json.loads(l) for l in open('$work/m.jsonl') if '\"train\"' in l][1:]
-ms = sum(r['elapsed_ms'] for r in rows) / len(rows)
-print(f'{ms:.1f} ms/step, {$mbs * $se / ms * 1000:.0f} tokens/s (per iteration: ' +
-      ', '.join(f\"{r['elapsed_ms']:.0f}\" for r in rows) + ')')")
+    ours=$(/usr/bin/python3 "$here/step_times.py" "$work/m.jsonl" $((mbs * se)) --per-iteration)
     rm -f "$work/m.jsonl"
     echo "round $round [$start, load $(cut -d' ' -f1 /proc/loadavg)] megatron-app $precision: $ours"
   done

@@ -72,14 +72,14 @@ def linear(x, W, prefix):
     return F.linear(x, W[prefix + ".weight"], W[prefix + ".bias"])
 
 
-def forward(W, text, types, padding_mask, cfg):
-    """BertModel.forward up to the heads: (final hidden (b, s, h), LM logits (b, s, V), binary
-    logits (b, 2) or None)."""
+def encode(W, text, types, padding_mask, cfg, token_types):
+    """BertModel.forward up to encoder.final_layernorm: the final hidden states (b, s, h).
+    `token_types`: the embedding has token types (the binary head's, or a task model's)."""
     b, s = text.shape
     # LanguageModelEmbedding: word + position (+ token type); embedding dropout is 0.
     x = W["embedding.word_embeddings.weight"][text]
     x = x + W["embedding.position_embeddings.weight"][torch.arange(s)][None]
-    if cfg.binary_head:
+    if token_types:
         x = x + W["embedding.tokentype_embeddings.weight"][types]
     # bert_extended_attention_mask for the local spec ("b1ss"): mask[b,1,s] * mask[b,s,1] < 0.5,
     # masked scores filled with -10000 (attention_mask_func) before the softmax.
@@ -98,7 +98,13 @@ def forward(W, text, types, padding_mask, cfg):
         # Megatron's fused bias-gelu: the tanh approximation.
         act = F.gelu(linear(ln2, W, p + "mlp.linear_fc1"), approximate="tanh")
         x = x + linear(act, W, p + "mlp.linear_fc2")
-    hidden = layer_norm(x, W, "encoder.final_layernorm", cfg)
+    return layer_norm(x, W, "encoder.final_layernorm", cfg)
+
+
+def forward(W, text, types, padding_mask, cfg):
+    """BertModel.forward up to the heads: (final hidden (b, s, h), LM logits (b, s, V), binary
+    logits (b, 2) or None)."""
+    hidden = encode(W, text, types, padding_mask, cfg, cfg.binary_head)
     # BertLMHead: dense -> torch.nn.functional.gelu (exact) -> LayerNorm; then output_layer with
     # the shared word embeddings and its own bias.
     t = F.gelu(linear(hidden, W, "lm_head.dense"))

@@ -42,7 +42,7 @@ Written from Megatron-LM core_v0.13.0's tasks/ and legacy models, not from the C
 - megatron/training/tokenizer/bert_tokenization.py: FullTokenizer(do_lower_case=True), ported
   below (BertWordPieceLowerCase); words over 200 characters become [UNK] as there.
 The encoder (Megatron-core names and semantics, padded keys masked with -10000) is
-bert_reference.py's forward up to the final layernorm, with its layer_norm / linear.
+bert_reference.py's encoder (encode) and linear.
 """
 import argparse
 import collections
@@ -59,7 +59,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bert_reference import layer_norm, linear  # noqa: E402
+from bert_reference import encode, linear  # noqa: E402
 from gpt_reference import load_tensors  # noqa: E402
 
 # bert_reference sets 2 threads on import; the machine is shared, one is enough.
@@ -364,35 +364,11 @@ class ModelConfig:
         assert not m.get("disable_bias_linear", False), "the reference needs linear biases"
 
 
-def encode(W, text, types, padding_mask, cfg):
-    """bert_reference.forward up to encoder.final_layernorm: (b, s, h). Token-type embeddings are
-    added when the checkpoint has them (Megatron's Classification/MultipleChoice use 2 types)."""
-    b, s = text.shape
-    x = W["embedding.word_embeddings.weight"][text]
-    x = x + W["embedding.position_embeddings.weight"][torch.arange(s)][None]
-    if "embedding.tokentype_embeddings.weight" in W:
-        x = x + W["embedding.tokentype_embeddings.weight"][types]
-    # bert_extended_attention_mask: mask[b,1,s] * mask[b,s,1] < 0.5, filled with -10000.
-    m = padding_mask.float()
-    masked = ((m[:, None, :] * m[:, :, None]) < 0.5)[:, None]  # (b, 1, s, s)
-    for i in range(cfg.layers):
-        p = f"encoder.layers.{i}."
-        ln = layer_norm(x, W, p + "input_layernorm", cfg)
-        qkv = linear(ln, W, p + "self_attention.linear_qkv").view(b, s, cfg.np, 3, cfg.hn)
-        q, k, v = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / cfg.hn ** 0.5
-        probs = scores.masked_fill(masked, -10000.0).softmax(-1)
-        ctx = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, cfg.np * cfg.hn)
-        x = x + linear(ctx, W, p + "self_attention.linear_proj")
-        ln2 = layer_norm(x, W, p + "pre_mlp_layernorm", cfg)
-        act = torch.nn.functional.gelu(linear(ln2, W, p + "mlp.linear_fc1"), approximate="tanh")
-        x = x + linear(act, W, p + "mlp.linear_fc2")
-    return layer_norm(x, W, "encoder.final_layernorm", cfg)
-
-
 def head_scores(W, head, text, types, padding_mask, cfg):
     """Pooler (token 0 -> dense -> tanh), dropout off, then the task head: (b, outputs)."""
-    hidden = encode(W, text, types, padding_mask, cfg)
+    # Megatron's Classification/MultipleChoice use 2 token types; added when the checkpoint has them.
+    hidden = encode(W, text, types, padding_mask, cfg,
+                    "embedding.tokentype_embeddings.weight" in W)
     pooled = torch.tanh(linear(hidden[:, 0], W, "pooler.dense"))
     return linear(pooled, W, head)
 

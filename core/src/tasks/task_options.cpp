@@ -4,9 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "megatron/data/tokenizer_vocabulary.h"
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
 
@@ -38,6 +40,32 @@ std::unique_ptr<Tokenizer> task_tokenizer(const config::ConfigTable& t) {
   } catch (const Error& e) {
     t.fail("tokenizer_type", e.what());
   }
+}
+
+BertSpecialTokens bert_special_tokens(const config::ConfigTable& t, const Tokenizer& tokenizer) {
+  auto id = [&](SpecialToken role, const char* name) {
+    try {
+      return static_cast<TokenId>(data::required_special_token(tokenizer, role, name));
+    } catch (const Error& e) {
+      t.fail("tokenizer_type", e.what());
+    }
+  };
+  return {id(SpecialToken::cls, "[CLS]"), id(SpecialToken::sep, "[SEP]"),
+          id(SpecialToken::pad, "[PAD]")};
+}
+
+const std::string& single_valid_file(const config::ConfigTable& t, const std::string& task) {
+  const std::vector<std::string>& files = t.string_list("valid_data");
+  if (files.size() != 1) {
+    t.fail("valid_data", task + " evaluates exactly one file, got " + std::to_string(files.size()));
+  }
+  return files.front();
+}
+
+void print_result_box(const PluginContext& context, const std::string& line) {
+  if (context.parallel.world_rank() != context.parallel.world_size() - 1) return;
+  const std::string rule(line.size() + 1, '-');
+  std::cout << rule << "\n" << line << "\n" << rule << std::endl;
 }
 
 std::filesystem::path task_checkpoint(const PluginContext& context) {

@@ -3,7 +3,6 @@
 
 #include <fstream>
 
-#include "megatron/data/tokenizer_vocabulary.h"
 #include "megatron/error.h"
 #include "megatron/tasks/classifier_finetuning.h"
 #include "megatron/tasks/python_text.h"
@@ -154,23 +153,15 @@ TaskResult run_glue(GlueTask task, PluginContext& context, TaskHost& host) {
   const config::ConfigTable& t = context.config;
   const std::int64_t seq = t.integer("seq_length");
   const auto tokenizer = tasks::task_tokenizer(t);
-  const auto special = [&](SpecialToken role, const char* name) {
-    try {
-      return static_cast<TokenId>(data::required_special_token(*tokenizer, role, name));
-    } catch (const Error& e) {
-      t.fail("tokenizer_type", e.what());
-    }
-  };
-  const TokenId cls = special(SpecialToken::cls, "[CLS]"),
-                sep = special(SpecialToken::sep, "[SEP]"),
-                pad = special(SpecialToken::pad, "[PAD]");
+  const tasks::BertSpecialTokens special = tasks::bert_special_tokens(t, *tokenizer);
   // GLUEAbstractDataset.__getitem__: both texts tokenized, [CLS] a [SEP] b [SEP].
   auto samples_of = [&](const std::vector<GluePair>& pairs, const std::string& file) {
     std::vector<tasks::LabelledSample> out;
     for (const GluePair& p : pairs) {
       try {
         const std::vector<TokenId> a = tokenizer->encode(p.text_a), b = tokenizer->encode(p.text_b);
-        out.push_back({{tasks::build_sequence(a, &b, seq, cls, sep, pad)}, p.label});
+        out.push_back(
+            {{tasks::build_sequence(a, &b, seq, special.cls, special.sep, special.pad)}, p.label});
       } catch (const ConfigError&) {
         throw;
       } catch (const Error& e) {

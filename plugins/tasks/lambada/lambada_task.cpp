@@ -2,13 +2,11 @@
 // each JSONL line {"text": ...}, is the model's argmax right at every token of the last word (or,
 // without strict_lambada, at the last BPE token)? Printed as Megatron prints it, written as JSON.
 #include <fstream>
-#include <iostream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "megatron/error.h"
-#include "megatron/parallel/parallel_state.h"
 #include "megatron/task.h"
 #include "megatron/tasks/lm_evaluator.h"
 #include "megatron/tasks/python_text.h"
@@ -74,12 +72,7 @@ class LambadaTask final : public Task {
 
   TaskResult run(TaskHost& host) override {
     const config::ConfigTable& t = context_.config;
-    const std::vector<std::string>& files = t.string_list("valid_data");
-    if (files.size() != 1) {
-      t.fail("valid_data",
-             "LAMBADA evaluates exactly one file, got " + std::to_string(files.size()));
-    }
-    const std::string& file = files.front();
+    const std::string& file = tasks::single_valid_file(t, "LAMBADA");
     const std::int64_t seq = t.integer("seq_length");
     const bool strict = t.boolean("strict_lambada");
     const auto tokenizer = tasks::task_tokenizer(t);
@@ -117,14 +110,11 @@ class LambadaTask final : public Task {
     const tasks::LmTotals totals = evaluator.evaluate(samples, true);
     const auto total = static_cast<std::int64_t>(samples.size());
     const double accuracy = static_cast<double>(totals.correct) / static_cast<double>(total);
-    if (context_.parallel.world_rank() == context_.parallel.world_size() - 1) {
-      const std::string text = fmt::format(
-          " validation results on LAMBADA | number correct: {:.4E} | total examples: {:.4E} | "
-          "avg accuracy: {:.4E}",
-          static_cast<double>(totals.correct), static_cast<double>(total), accuracy);
-      const std::string rule(text.size() + 1, '-');
-      std::cout << rule << "\n" << text << "\n" << rule << std::endl;
-    }
+    tasks::print_result_box(
+        context_,
+        fmt::format(" validation results on LAMBADA | number correct: {:.4E} | total "
+                    "examples: {:.4E} | avg accuracy: {:.4E}",
+                    static_cast<double>(totals.correct), static_cast<double>(total), accuracy));
     tasks::write_task_results(
         context_, {{"task", std::string("LAMBADA")},
                    {"correct", totals.correct},

@@ -7,7 +7,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "megatron/data/tokenizer_vocabulary.h"
 #include "megatron/error.h"
 #include "megatron/task.h"
 #include "megatron/tasks/classifier_finetuning.h"
@@ -21,10 +20,6 @@ namespace {
 constexpr std::int64_t kChoices = 4;       // NUM_CHOICES
 constexpr std::size_t kMaxQaLength = 128;  // MAX_QA_LENGTH
 
-struct Specials {
-  TokenId cls, sep, pad;
-};
-
 const nlohmann::json& member(const nlohmann::json& doc, const char* key, const std::string& where) {
   if (!doc.contains(key)) throw ConfigError(where + ": no \"" + std::string(key) + "\"");
   return doc[key];
@@ -34,8 +29,8 @@ const nlohmann::json& member(const nlohmann::json& doc, const char* key, const s
 // file system's), every line a JSON article; one sample per question, its four options as four
 // [CLS] qa [SEP] article [SEP] sequences.
 std::vector<tasks::LabelledSample> read_race_dir(const std::string& dir, const Tokenizer& tok,
-                                                 const Specials& sp, std::int64_t seq,
-                                                 Logger& log) {
+                                                 const tasks::BertSpecialTokens& sp,
+                                                 std::int64_t seq, Logger& log) {
   if (!std::filesystem::is_directory(dir)) {
     throw ConfigError("RACE data '" + dir + "' is not a directory (of *.txt files)");
   }
@@ -131,15 +126,7 @@ class RaceTask final : public Task {
     const config::ConfigTable& t = context_.config;
     const std::int64_t seq = t.integer("seq_length");
     const auto tokenizer = tasks::task_tokenizer(t);
-    auto special = [&](SpecialToken role, const char* name) {
-      try {
-        return static_cast<TokenId>(data::required_special_token(*tokenizer, role, name));
-      } catch (const Error& e) {
-        t.fail("tokenizer_type", e.what());
-      }
-    };
-    const Specials sp{special(SpecialToken::cls, "[CLS]"), special(SpecialToken::sep, "[SEP]"),
-                      special(SpecialToken::pad, "[PAD]")};
+    const tasks::BertSpecialTokens sp = tasks::bert_special_tokens(t, *tokenizer);
     std::vector<tasks::LabelledSample> train;
     if (t.integer("epochs") > 0) {
       if (t.string_list("train_data").empty()) {

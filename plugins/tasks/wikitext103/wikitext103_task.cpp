@@ -3,13 +3,11 @@
 // into overlapping windows, printed as Megatron prints it and written as JSON.
 #include <cmath>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "megatron/error.h"
-#include "megatron/parallel/parallel_state.h"
 #include "megatron/task.h"
 #include "megatron/tasks/lm_evaluator.h"
 #include "megatron/tasks/python_text.h"
@@ -50,12 +48,7 @@ class Wikitext103Task final : public Task {
 
   TaskResult run(TaskHost& host) override {
     const config::ConfigTable& t = context_.config;
-    const std::vector<std::string>& files = t.string_list("valid_data");
-    if (files.size() != 1) {
-      t.fail("valid_data",
-             "WIKITEXT103 evaluates exactly one file, got " + std::to_string(files.size()));
-    }
-    const std::string& file = files.front();
+    const std::string& file = tasks::single_valid_file(t, "WIKITEXT103");
     const std::int64_t seq = t.integer("seq_length"), stride = t.integer("overlapping_eval");
     const auto tokenizer = tasks::task_tokenizer(t);
 
@@ -94,14 +87,11 @@ class Wikitext103Task final : public Task {
     const double ratio =
         static_cast<double>(tokenized - 1) / static_cast<double>(original_tokens - 1);
     const double adjusted = std::exp(std::min(20.0, avg_loss * ratio));
-    if (context_.parallel.world_rank() == context_.parallel.world_size() - 1) {
-      const std::string line = fmt::format(
-          " validation results on WIKITEXT103 | avg loss: {:.4E} | ppl: {:.4E} | "
-          "adjusted ppl: {:.4E} | token ratio: {} |",
-          avg_loss, ppl, adjusted, python_float(ratio));
-      const std::string rule(line.size() + 1, '-');
-      std::cout << rule << "\n" << line << "\n" << rule << std::endl;
-    }
+    tasks::print_result_box(
+        context_,
+        fmt::format(" validation results on WIKITEXT103 | avg loss: {:.4E} | ppl: {:.4E} | "
+                    "adjusted ppl: {:.4E} | token ratio: {} |",
+                    avg_loss, ppl, adjusted, python_float(ratio)));
     tasks::write_task_results(context_, {{"task", std::string("WIKITEXT103")},
                                          {"avg_loss", avg_loss},
                                          {"ppl", ppl},

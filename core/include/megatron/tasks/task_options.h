@@ -24,6 +24,20 @@ void declare_task_keys(config::TableSchema& schema, const std::string& default_t
 // The tokenizer the table names; problems are ConfigErrors on the key at fault.
 std::unique_ptr<Tokenizer> task_tokenizer(const config::ConfigTable& table);
 
+// The [CLS], [SEP] and [PAD] ids the BERT tasks build their sequences from; a tokenizer without
+// one is a ConfigError on tokenizer_type.
+struct BertSpecialTokens {
+  TokenId cls = 0, sep = 0, pad = 0;
+};
+BertSpecialTokens bert_special_tokens(const config::ConfigTable& table, const Tokenizer& tokenizer);
+
+// [task] valid_data of a task that evaluates exactly one file (ConfigError on the key otherwise).
+const std::string& single_valid_file(const config::ConfigTable& table, const std::string& task);
+
+// Megatron's evaluate_and_print_results box: `line` between two rules of dashes, printed by the
+// last world rank.
+void print_result_box(const PluginContext& context, const std::string& line);
+
 // [task] pretrained_checkpoint, else [checkpoint] load; ConfigError when neither is set.
 std::filesystem::path task_checkpoint(const PluginContext& context);
 
