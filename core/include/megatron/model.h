@@ -140,6 +140,9 @@ struct ModelDimensions {
   std::int64_t ffn_hidden_size = 0;
   std::int64_t seq_length = 0;
   std::int64_t padded_vocab_size = 0;
+  // Layers per pipeline stage when the model fixes them (a hybrid pattern's `|` boundaries);
+  // empty: the [parallel] keys decide.
+  std::vector<std::int64_t> stage_layer_counts = {};
 };
 
 class Model : public Plugin {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "backend/op_checks.h"
 #include "megatron/backend/backend.h"
@@ -214,6 +215,136 @@ inline void check_sgd_args(const char* op, const Tensor& param, const Tensor& gr
                  " (pass a buffer zeroed before the first step)");
   }
   check_optimizer_state(op, "momentum_buf", *momentum_buf, param, device);
+}
+
+// ---- Mamba-2 ops -----------------------------------------------------------------------------
+
+// A floating tensor (f32 or f64) on `device` with a contiguous last dimension, of `like`'s dtype.
+inline void check_float_view(const char* op, const char* name, const Tensor& t, const Tensor& like,
+                             const char* like_name, Device device) {
+  check_device(op, name, t, device);
+  check_dtype(op, name, t, {DType::f32, DType::f64});
+  check_same_dtype(op, name, t, like_name, like);
+  check_last_dim_contiguous(op, name, t);
+}
+
+// A parameter's gradient output (dweight, dbias): on `device`, shaped as the parameter, of x's
+// dtype, contiguous.
+inline void check_param_grad(const char* op, const char* name, const Tensor& grad,
+                             const char* param_name, const Tensor& param, const Tensor& x,
+                             Device device) {
+  check_device(op, name, grad, device);
+  check_same_shape(op, name, grad, param_name, param);
+  check_same_dtype(op, name, grad, "x", x);
+  check_contiguous(op, name, grad);
+}
+
+// causal_conv1d_silu_*: x and y (or dy, dx) (Bt, S, C); weight (C, K) with K >= 1, bias (C), both
+// contiguous. `grads` holds the extra tensors of backward (dx, dy) checked like y.
+inline void check_causal_conv1d_args(
+    const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+    std::initializer_list<std::pair<const char*, const Tensor*>> like_x, Device device) {
+  check_float_view(op, "x", x, x, "x", device);
+  check_rank(op, "x", x, 3);
+  check_float_view(op, "weight", weight, x, "x", device);
+  check_rank(op, "weight", weight, 2);
+  check_contiguous(op, "weight", weight);
+  if (weight.size(0) != x.size(2) || weight.size(1) < 1) {
+    fail(op, "weight " + weight.describe() +
+                 " must be (channels, kernel) with channels = x.size(2) = " +
+                 std::to_string(x.size(2)));
+  }
+  check_float_view(op, "bias", bias, x, "x", device);
+  check_shape(op, "bias", bias, {x.size(2)});
+  check_contiguous(op, "bias", bias);
+  for (const auto& [name, t] : like_x) {
+    check_float_view(op, name, *t, x, "x", device);
+    check_same_shape(op, name, *t, "x", x);
+  }
+}
+
+// ssd_scan_*: the scan's tensors (see Backend::SsdScan) and chunk_states.
+inline void check_ssd_scan_args(const char* op, const Backend::SsdScan& s,
+                                const Tensor& chunk_states, Device device) {
+  check_float_view(op, "x", s.x, s.x, "x", device);
+  check_rank(op, "x", s.x, 4);
+  const std::int64_t batch = s.x.size(0), seq = s.x.size(1), heads = s.x.size(2);
+  check_float_view(op, "dt", s.dt, s.x, "x", device);
+  check_shape(op, "dt", s.dt, {batch, seq, heads});
+  check_float_view(op, "B", s.B, s.x, "x", device);
+  check_rank(op, "B", s.B, 4);
+  if (s.B.size(0) != batch || s.B.size(1) != seq) {
+    fail(op, "B " + s.B.describe() + " must be (batch, seq, groups, state) with batch " +
+                 std::to_string(batch) + " and seq " + std::to_string(seq) + " of x");
+  }
+  const std::int64_t groups = s.B.size(2), state = s.B.size(3);
+  if (groups < 1 || heads % groups != 0) {
+    fail(op, "the heads of x (" + std::to_string(heads) +
+                 ") must be a multiple of the groups of B (" + std::to_string(groups) + ")");
+  }
+  check_float_view(op, "C", s.C, s.x, "x", device);
+  check_same_shape(op, "C", s.C, "B", s.B);
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"A_log", &s.A_log},
+                                {"D", &s.D},
+                                {"dt_bias", &s.dt_bias}}) {
+    check_float_view(op, name, *t, s.x, "x", device);
+    check_shape(op, name, *t, {heads});
+    check_contiguous(op, name, *t);
+  }
+  if (s.chunk_size < 1)
+    fail(op, "chunk_size must be at least 1, got " + std::to_string(s.chunk_size));
+  const std::int64_t chunks = (seq + s.chunk_size - 1) / s.chunk_size;
+  check_float_view(op, "chunk_states", chunk_states, s.x, "x", device);
+  check_shape(op, "chunk_states", chunk_states, {batch, chunks, heads, s.x.size(3), state});
+  check_contiguous(op, "chunk_states", chunk_states);
+}
+
+// gated_rmsnorm_*: x and `like_x` (z, y, dy, dx, dz) (rows, N); weight (N) contiguous; N divisible
+// by group_size; rstd (rows, N / group_size) contiguous.
+inline void check_gated_rmsnorm_args(
+    const char* op, const Tensor& x, const Tensor& weight, std::int64_t group_size,
+    const Tensor& rstd, std::initializer_list<std::pair<const char*, const Tensor*>> like_x,
+    Device device) {
+  check_float_view(op, "x", x, x, "x", device);
+  check_rank(op, "x", x, 2);
+  const std::int64_t n = x.size(1);
+  if (group_size < 1 || n % group_size != 0) {
+    fail(op, "group_size " + std::to_string(group_size) + " must divide the features of x " +
+                 x.describe());
+  }
+  check_float_view(op, "weight", weight, x, "x", device);
+  check_shape(op, "weight", weight, {n});
+  check_contiguous(op, "weight", weight);
+  check_float_view(op, "rstd", rstd, x, "x", device);
+  check_shape(op, "rstd", rstd, {x.size(0), n / group_size});
+  check_contiguous(op, "rstd", rstd);
+  for (const auto& [name, t] : like_x) {
+    check_float_view(op, name, *t, x, "x", device);
+    check_same_shape(op, name, *t, "x", x);
+  }
+}
+
+// ssd_scan_backward's gradients: each shaped and typed as its input.
+inline void check_ssd_scan_grads(const char* op, const Tensor& dy, const Backend::SsdScan& s,
+                                 const Backend::SsdScanGrads& g, Device device) {
+  const std::pair<const char*, const Tensor*> views[] = {{"dy", &dy}, {"dx", &g.dx}};
+  for (const auto& [name, t] : views) {
+    check_float_view(op, name, *t, s.x, "x", device);
+    check_same_shape(op, name, *t, "x", s.x);
+  }
+  check_float_view(op, "ddt", g.ddt, s.x, "x", device);
+  check_same_shape(op, "ddt", g.ddt, "dt", s.dt);
+  check_float_view(op, "dB", g.dB, s.x, "x", device);
+  check_same_shape(op, "dB", g.dB, "B", s.B);
+  check_float_view(op, "dC", g.dC, s.x, "x", device);
+  check_same_shape(op, "dC", g.dC, "C", s.C);
+  const std::pair<const char*, const Tensor*> params[] = {
+      {"dA_log", &g.dA_log}, {"dD", &g.dD}, {"ddt_bias", &g.ddt_bias}};
+  for (const auto& [name, t] : params) {
+    check_float_view(op, name, *t, s.x, "x", device);
+    check_shape(op, name, *t, {s.x.size(2)});
+    check_contiguous(op, name, *t);
+  }
 }
 
 }  // namespace megatron::ops

@@ -1,6 +1,11 @@
 // Parameter declaration, initialisation and gradient zeroing.
 #include "megatron/nn/init.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "megatron/error.h"
+
 namespace megatron::nn {
 
 Parameter& ParamFactory::declare(const std::string& name, const Shape& shape, ParamInit init,
@@ -12,7 +17,9 @@ Parameter& ParamFactory::declare(const std::string& name, const Shape& shape, Pa
   if (split.dim >= 0) {
     p.partition_count = tp.size;
     p.partition_rank = tp.rank;
-    p.partition_blocks = split.blocks;
+    p.partition_blocks =
+        split.block_sizes.empty() ? split.blocks : static_cast<int>(split.block_sizes.size());
+    p.partition_block_sizes = split.block_sizes;
   }
   p.init = init;
   p.init_std = init_std;
@@ -33,6 +40,42 @@ void fill_normal_shard(Backend& backend, Parameter& p, std::uint64_t seed, std::
   for (const ShardRun& run : shard_runs(p)) {
     Tensor dst = p.value.slice(p.partition_dim, run.local_offset, run.length);
     backend.copy(global.slice(p.partition_dim, run.global_offset, run.length), dst);
+  }
+}
+
+// The uniform kinds: the global tensor drawn on the host from U[0, 1) (Philox, so any backend
+// and layout gets the same numbers), mapped per the kind, and this rank's runs copied out.
+void fill_uniform_kind(Backend& backend, Parameter& p, std::uint64_t seed, std::uint64_t offset) {
+  Tensor global = Tensor::empty(p.global_shape, DType::f64);
+  backend_for(Device::cpu()).fill_uniform(global, 0.0f, 1.0f, seed, offset);
+  double* v = global.data<double>();
+  const double low = p.init_low, high = p.init_high;
+  for (std::int64_t i = 0; i < global.numel(); ++i) {
+    switch (p.init) {
+      case ParamInit::uniform:
+        v[i] = low + (high - low) * v[i];
+        break;
+      case ParamInit::log_uniform:
+        v[i] = std::log(low + (high - low) * v[i]);
+        break;
+      case ParamInit::inverse_softplus_log_uniform: {
+        // MambaMixer: dt = exp(U * (log max - log min) + log min) clamped to the floor, then
+        // dt + log(-expm1(-dt)), the inverse of softplus.
+        const double dt =
+            std::max(std::exp(v[i] * (std::log(high) - std::log(low)) + std::log(low)),
+                     static_cast<double>(p.init_floor));
+        v[i] = dt + std::log(-std::expm1(-dt));
+        break;
+      }
+      default:
+        throw Error("parameter '" + p.name + "' does not have a uniform initialisation");
+    }
+  }
+  const Tensor typed = global.to(p.value.dtype());
+  for (const ShardRun& run : shard_runs(p)) {
+    const int dim = std::max(0, p.partition_dim);
+    Tensor dst = p.value.dim() ? p.value.slice(dim, run.local_offset, run.length) : p.value;
+    backend.copy(typed.dim() ? typed.slice(dim, run.global_offset, run.length) : typed, dst);
   }
 }
 
@@ -60,6 +103,11 @@ void initialize_parameters(Backend& backend, ParameterSet& params, std::uint64_t
         break;
       case ParamInit::ones:
         backend.fill(p->value, 1.0);
+        break;
+      case ParamInit::uniform:
+      case ParamInit::log_uniform:
+      case ParamInit::inverse_softplus_log_uniform:
+        fill_uniform_kind(backend, *p, seed, index << 40);
         break;
     }
     backend.fill(p->grad, 0.0);

@@ -11,8 +11,12 @@
 
 namespace megatron::nn {
 
-LayerStackModel::LayerStackModel(ModelConfig config, std::string name, std::string stack_prefix)
-    : config_(std::move(config)), name_(std::move(name)), stack_prefix_(std::move(stack_prefix)) {}
+LayerStackModel::LayerStackModel(ModelConfig config, std::string name, std::string stack_prefix,
+                                 std::string final_norm)
+    : config_(std::move(config)),
+      name_(std::move(name)),
+      stack_prefix_(std::move(stack_prefix)),
+      final_norm_name_(std::move(final_norm)) {}
 
 LayerSpec LayerStackModel::layer_spec(std::int64_t) const {
   return {};
@@ -99,7 +103,7 @@ void LayerStackModel::declare_all(ParamFactory& factory, const std::vector<Layer
   const std::size_t after_stack = factory.params.size();
   if (post) {
     const TransformerConfig& tc = config_.transformer;
-    final_norm_ = Norm::declare(factory, stack_prefix_ + ".final_layernorm", tc.hidden_size,
+    final_norm_ = Norm::declare(factory, stack_prefix_ + "." + final_norm_name_, tc.hidden_size,
                                 tc.normalization, tc.norm_epsilon);
     declare_post_process(factory, pre);
   }

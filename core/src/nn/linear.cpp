@@ -27,6 +27,22 @@ Linear Linear::declare(ParamFactory& factory, const std::string& prefix, std::in
   return l;
 }
 
+Linear Linear::declare_column_blocks(ParamFactory& factory, const std::string& prefix,
+                                     std::int64_t in, const std::vector<std::int64_t>& blocks,
+                                     bool bias, float init_std) {
+  Linear l;
+  l.parallel = TensorParallel::column;
+  l.tp = factory.tp;
+  std::int64_t out = 0;
+  for (std::int64_t b : blocks)
+    out += b;
+  const Split split{0, static_cast<int>(blocks.size()), blocks};
+  l.weight =
+      &factory.declare(prefix + ".weight", {out, in}, ParamInit::normal, init_std, true, split);
+  if (bias) l.bias = &factory.declare(prefix + ".bias", {out}, ParamInit::zeros, 0, false, split);
+  return l;
+}
+
 void Linear::forward(Backend& backend, const Tensor& x, Tensor& y, DType compute) const {
   if (parallel == TensorParallel::column && tp.sp()) {
     Tensor full = backend.empty({x.size(0) * tp.size, x.size(1)}, x.dtype());

@@ -88,6 +88,9 @@ ModelConfig parse_model_config(const config::ConfigTable& t) {
       t.string("normalization") == "RMSNorm" ? NormKind::rmsnorm : NormKind::layernorm;
   tc.norm_epsilon = static_cast<float>(t.real("layernorm_epsilon"));
   tc.add_bias_linear = !t.boolean("disable_bias_linear");
+  // Megatron fuses bias + GeLU (the tanh approximation) only with biases: --disable-bias-linear
+  // turns bias_gelu_fusion off, and the MLP then applies F.gelu, the exact erf form.
+  tc.gelu = tc.add_bias_linear ? GeluApproximation::tanh : GeluApproximation::none;
   tc.add_qkv_bias = t.boolean("add_qkv_bias");
   tc.hidden_dropout = static_cast<float>(t.real("hidden_dropout"));
   tc.attention_dropout = static_cast<float>(t.real("attention_dropout"));

@@ -3,19 +3,34 @@
 
 namespace megatron::nn {
 
-Norm Norm::declare(ParamFactory& factory, const std::string& prefix, std::int64_t hidden,
-                   NormKind kind, float eps) {
+namespace {
+
+Norm declare_norm(ParamFactory& factory, const std::string& weight_name,
+                  const std::string& bias_name, std::int64_t hidden, NormKind kind, float eps) {
   Norm n;
   n.kind = kind;
   n.eps = eps;
-  n.weight = &factory.declare(prefix + ".weight", {hidden}, ParamInit::ones, 0, false);
+  n.weight = &factory.declare(weight_name, {hidden}, ParamInit::ones, 0, false);
   if (kind == NormKind::layernorm)
-    n.bias = &factory.declare(prefix + ".bias", {hidden}, ParamInit::zeros, 0, false);
+    n.bias = &factory.declare(bias_name, {hidden}, ParamInit::zeros, 0, false);
   // Under sequence parallelism a norm runs on the rank's sequence shard: its replicated
   // parameters get partial gradients, all-reduced over the tensor-parallel group by the trainer.
   n.weight->sequence_parallel = factory.tp.sp();
   if (n.bias) n.bias->sequence_parallel = factory.tp.sp();
   return n;
+}
+
+}  // namespace
+
+Norm Norm::declare(ParamFactory& factory, const std::string& prefix, std::int64_t hidden,
+                   NormKind kind, float eps) {
+  return declare_norm(factory, prefix + ".weight", prefix + ".bias", hidden, kind, eps);
+}
+
+Norm Norm::declare_fused(ParamFactory& factory, const std::string& linear_prefix,
+                         std::int64_t hidden, NormKind kind, float eps) {
+  return declare_norm(factory, linear_prefix + ".layer_norm_weight",
+                      linear_prefix + ".layer_norm_bias", hidden, kind, eps);
 }
 
 void Norm::forward(Backend& backend, const Tensor& x, Tensor& y, Saved& saved) const {

@@ -10,6 +10,13 @@ namespace megatron {
 
 namespace {
 
+// The global extents of the blocks along partition_dim.
+std::vector<std::int64_t> block_extents(const Parameter& p, std::int64_t global) {
+  if (!p.partition_block_sizes.empty()) return p.partition_block_sizes;
+  return std::vector<std::int64_t>(static_cast<std::size_t>(std::max(1, p.partition_blocks)),
+                                   global / std::max(1, p.partition_blocks));
+}
+
 std::int64_t partition_extent(const Parameter& p) {
   if (p.partition_dim < 0 || p.partition_count == 1) return -1;
   if (p.partition_dim >= static_cast<int>(p.global_shape.size())) {
@@ -17,13 +24,19 @@ std::int64_t partition_extent(const Parameter& p) {
                 " is out of range for a tensor of rank " + std::to_string(p.global_shape.size()));
   }
   const std::int64_t global = p.global_shape[static_cast<std::size_t>(p.partition_dim)];
-  const std::int64_t pieces = static_cast<std::int64_t>(p.partition_blocks) * p.partition_count;
-  if (p.partition_blocks < 1 || p.partition_count < 1 || p.partition_rank < 0 ||
-      p.partition_rank >= p.partition_count || global % pieces != 0) {
+  bool ok = p.partition_blocks >= 1 && p.partition_count >= 1 && p.partition_rank >= 0 &&
+            p.partition_rank < p.partition_count;
+  std::int64_t total = 0;
+  std::string blocks;
+  for (std::int64_t block : block_extents(p, global)) {
+    ok = ok && block % p.partition_count == 0;
+    total += block;
+    blocks += (blocks.empty() ? "" : ", ") + std::to_string(block);
+  }
+  if (!ok || total != global) {
     throw Error("parameter '" + p.name + "': dimension " + std::to_string(p.partition_dim) +
-                " of size " + std::to_string(global) + " cannot be cut into " +
-                std::to_string(p.partition_blocks) + " block(s) x " +
-                std::to_string(p.partition_count) + " tensor-parallel slices (rank " +
+                " of size " + std::to_string(global) + " cannot be cut into blocks [" + blocks +
+                "] x " + std::to_string(p.partition_count) + " tensor-parallel slices (rank " +
                 std::to_string(p.partition_rank) + ")");
   }
   return global;
@@ -44,11 +57,14 @@ std::vector<ShardRun> shard_runs(const Parameter& p) {
         p.global_shape.empty() ? 1 : p.global_shape[std::max(0, p.partition_dim)];
     return {{0, 0, all}};
   }
-  const std::int64_t block = global / p.partition_blocks;
-  const std::int64_t slice = block / p.partition_count;
   std::vector<ShardRun> runs;
-  for (int b = 0; b < p.partition_blocks; ++b)
-    runs.push_back({b * block + p.partition_rank * slice, b * slice, slice});
+  std::int64_t global_offset = 0, local_offset = 0;
+  for (std::int64_t block : block_extents(p, global)) {
+    const std::int64_t slice = block / p.partition_count;
+    runs.push_back({global_offset + p.partition_rank * slice, local_offset, slice});
+    global_offset += block;
+    local_offset += slice;
+  }
   return runs;
 }
 

@@ -4,7 +4,7 @@
 namespace megatron::train {
 
 PipelineLayout model_pipeline_layout(const config::CoreConfig& core, const Model& model) {
-  return pipeline_layout(core.parallel, model.dimensions().num_layers);
+  return pipeline_layout(core.parallel, model.dimensions());
 }
 
 ModelBuildInfo model_build_info(ParallelState& parallel, const config::CoreConfig& core,

@@ -25,6 +25,7 @@ bool uneven(const PipelineLayout& l) {
 // Layers per pipeline rank without interleaving.
 std::vector<std::int64_t> layers_per_rank(const PipelineLayout& l) {
   const int pp = l.pipeline_size;
+  if (!l.stage_layer_counts.empty()) return l.stage_layer_counts;
   if (!uneven(l)) {
     if (l.num_layers % pp != 0) {
       refuse("num_layers " + s(l.num_layers) +
@@ -123,6 +124,32 @@ PipelineLayout pipeline_layout(const config::ParallelConfig& parallel, std::int6
     }
     l.virtual_size = static_cast<int>(per_stage / per);
   }
+  return l;
+}
+
+PipelineLayout pipeline_layout(const config::ParallelConfig& parallel,
+                               const ModelDimensions& dims) {
+  PipelineLayout l = pipeline_layout(parallel, dims.num_layers);
+  const std::vector<std::int64_t>& counts = dims.stage_layer_counts;
+  if (counts.empty()) return l;
+  std::int64_t total = 0;
+  for (std::int64_t c : counts)
+    total += c;
+  const std::string split = "the model's pipeline stage boundaries (`|` in hybrid_layer_pattern)";
+  if (static_cast<int>(counts.size()) != l.pipeline_size) {
+    refuse("pipeline_model_parallel_size " + s(l.pipeline_size) + " does not match " + split +
+           ", which give " + s(static_cast<std::int64_t>(counts.size())) + " stage(s)");
+  }
+  if (total != dims.num_layers ||
+      std::any_of(counts.begin(), counts.end(), [](std::int64_t c) { return c < 1; })) {
+    refuse(split + " must give every stage at least one layer");
+  }
+  if (l.virtual_size > 1 || uneven(l)) {
+    refuse(split +
+           " fix each stage's layers; num_layers_per_virtual_pipeline_stage and "
+           "decoder_first/last_pipeline_num_layers cannot be used with them");
+  }
+  l.stage_layer_counts = counts;
   return l;
 }
 

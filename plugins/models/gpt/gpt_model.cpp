@@ -24,6 +24,9 @@ struct HeadState : nn::LayerStackModel::ProcessState {
 
 GptModel::GptModel(GptConfig config) : LayerStackModel(std::move(config), "GPT", "decoder") {}
 
+GptModel::GptModel(GptConfig config, std::string name, std::string final_norm)
+    : LayerStackModel(std::move(config), std::move(name), "decoder", std::move(final_norm)) {}
+
 SampleSpec GptModel::input_fields() const {
   return {{"tokens", DType::i32, {}, FieldKind::token_ids},
           {"labels", DType::i32, {}, FieldKind::labels},

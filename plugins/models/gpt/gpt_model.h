@@ -25,6 +25,10 @@ class GptModel : public nn::LayerStackModel {
   Tensor logits(const Batch& batch);
 
  protected:
+  // A model with GPT's embedding, output layer and loss around other layers (the hybrid Mamba
+  // model): its name in messages and its final norm's name.
+  GptModel(GptConfig config, std::string name, std::string final_norm);
+
   std::uint64_t declare_pre_process(nn::ParamFactory& factory) override;
   void declare_post_process(nn::ParamFactory& factory, bool with_pre_process) override;
   nn::LayerInputs layer_inputs(const nn::LayerContext& ctx, const Batch& batch) override;

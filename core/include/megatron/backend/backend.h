@@ -213,6 +213,59 @@ class Backend {
                                       const Tensor& sum_exp, const Tensor& dloss,
                                       Tensor& dlogits) = 0;
 
+  // ---- Mamba-2 (state-space models) ---------------------------------------------------------
+  // Causal depthwise conv1d with bias, then SiLU (Mamba's short convolution over x, B, C): x, y
+  // (Bt, S, C) any strides with the last dimension contiguous (Megatron's (S, Bt, C) activations
+  // are passed as permuted views); weight (C, K) and bias (C) contiguous, x's dtype.
+  //   y[b, t, c] = silu(bias[c] + sum_k weight[c, k] * x[b, t - (K - 1) + k, c]), x[b, t < 0] = 0
+  virtual void causal_conv1d_silu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                          Tensor& y) = 0;
+  // dx (shaped as x, any strides, last dimension contiguous) overwritten; dweight, dbias (+)= per
+  // `accumulate_params`. The pre-activation is recomputed from x (nothing else is saved).
+  virtual void causal_conv1d_silu_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                           const Tensor& bias, Tensor& dx, Tensor& dweight,
+                                           Tensor& dbias, bool accumulate_params) = 0;
+
+  // The Mamba-2 SSD scan (state-space duality), chunked: per chunk of `chunk_size` tokens an
+  // intra-chunk quadratic form plus the state carried in from the previous chunks, so time is
+  // linear in S and what backward keeps is one state per chunk, not per token. Per sample b and
+  // head h (group g = h / (H / G)), with dt_t = softplus(dt[b, t, h] + dt_bias[h]) and
+  // A = -exp(A_log[h]), it equals the recurrence
+  //   state_t = exp(dt_t A) state_{t-1} + dt_t x_t B_t[g]^T      (P x N, state_{-1} = 0)
+  //   y_t     = state_t C_t[g] + D[h] x_t
+  // x, y (Bt, S, H, P); dt (Bt, S, H) before dt_bias and softplus; B, C (Bt, S, G, N); A_log, D,
+  // dt_bias (H); all of one float dtype, any strides with the last dimension contiguous (views
+  // into Megatron's fused in_proj output), parameters contiguous. `chunk_states` (Bt, chunks, H,
+  // P, N), chunks = ceil(S / chunk_size), contiguous: the state entering each chunk, written by
+  // forward and read by backward.
+  struct SsdScan {
+    Tensor x, dt, B, C, A_log, D, dt_bias;
+    std::int64_t chunk_size = 128;
+  };
+  virtual void ssd_scan_forward(const SsdScan& scan, Tensor& y, Tensor& chunk_states) = 0;
+  // Gradients of sum(dy * y): dx, ddt (of the raw dt), dB, dC shaped as their inputs (any
+  // strides, last dimension contiguous) are overwritten; dA_log, dD, ddt_bias (H) (+)= per
+  // `accumulate_params`. Deterministic for any thread count.
+  struct SsdScanGrads {
+    Tensor dx, ddt, dB, dC, dA_log, dD, ddt_bias;
+  };
+  virtual void ssd_scan_backward(const Tensor& dy, const SsdScan& scan, const Tensor& chunk_states,
+                                 SsdScanGrads& grads, bool accumulate_params) = 0;
+
+  // Mamba-2's gated RMSNorm (mamba_ssm's RMSNormGated, norm_before_gate = False):
+  //   u = x * silu(z);  y = u * rstd_g * weight,  rstd_g = 1 / sqrt(mean(u^2 over group g) + eps)
+  // over groups of `group_size` consecutive features. x, z, y (rows, N) with N % group_size == 0,
+  // any row stride, last dimension contiguous; weight (N); rstd (rows, N / group_size) contiguous,
+  // saved for backward (f32, f64 for f64 x).
+  virtual void gated_rmsnorm_forward(const Tensor& x, const Tensor& z, const Tensor& weight,
+                                     std::int64_t group_size, float eps, Tensor& y,
+                                     Tensor& rstd) = 0;
+  // dx, dz (shaped as x) overwritten; dweight (+)= per `accumulate_params`.
+  virtual void gated_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& z,
+                                      const Tensor& weight, std::int64_t group_size,
+                                      const Tensor& rstd, Tensor& dx, Tensor& dz, Tensor& dweight,
+                                      bool accumulate_params) = 0;
+
   // ---- dropout (mask regenerated from the seed in backward; nothing stored)
   // ---------------------- y = x * keep / (1 - p), keep = philox_uniform_at(seed, offset, i) >= p
   // for logical element i.

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "megatron/backend/backend.h"
 #include "megatron/nn/parameter.h"
@@ -15,6 +16,7 @@ namespace megatron::nn {
 struct Split {
   int dim = -1;
   int blocks = 1;
+  std::vector<std::int64_t> block_sizes = {};  // unequal blocks (Parameter::partition_block_sizes)
 };
 
 // Where and in which dtype parameters are allocated, and the tensor-parallel group they are

@@ -14,6 +14,16 @@ enum class AttentionMask {
   causal_padding,  // keys up to the query's own position that are not padding (T5's decoder)
 };
 
+// What a layer holds. Megatron-core's hybrid stacks (MambaStack) build one-block layers, each
+// norm -> mixer -> dropout -> residual: a Mamba layer (MambaLayer), an attention layer (a
+// TransformerLayer whose MLP is IdentityOp) or an MLP layer (MLPLayer, whose attention is).
+enum class LayerKind {
+  transformer,  // self-attention block, then MLP block (GPT, BERT, T5)
+  attention,    // self-attention block only (hybrid "*")
+  mlp,          // MLP block only (hybrid "-")
+  mamba,        // Mamba-2 mixer block (hybrid "M")
+};
+
 // The slots of one layer. Norm, MLP kind and sizes come from the stack's TransformerConfig.
 struct LayerSpec {
   AttentionMask self_attention_mask = AttentionMask::causal;
@@ -21,6 +31,13 @@ struct LayerSpec {
   // self-attention and the MLP, its keys masked by LayerInputs::memory_padding_mask (Megatron's
   // cross-attention is always padding-masked, never causal, and has no rotary).
   bool cross_attention = false;
+  LayerKind kind = LayerKind::transformer;
+  // Norms named as Transformer Engine's fused LayerNormLinear, inside the linear layer they feed
+  // (`self_attention.linear_qkv.layer_norm_weight`, `mlp.linear_fc1.layer_norm_weight`,
+  // `mixer.in_proj.layer_norm_weight`): the names of Megatron-core's Mamba/hybrid checkpoints,
+  // whose specs are TE-only. Otherwise the local spec's `input_layernorm` / `pre_mlp_layernorm`
+  // (and a Mamba layer's `norm`).
+  bool fused_norm_names = false;
 };
 
 // Per micro-batch inputs shared by the layers of a stack.

@@ -71,8 +71,10 @@ class LayerStackModel : public Model {
   Tensor final_hidden(const Batch& batch);
 
  protected:
-  // `stack_prefix` names the layers (`decoder` -> decoder.layers.N, decoder.final_layernorm).
-  LayerStackModel(ModelConfig config, std::string name, std::string stack_prefix);
+  // `stack_prefix` names the layers (`decoder` -> decoder.layers.N, decoder.final_layernorm;
+  // `final_norm` names the last norm: Megatron's MambaStack calls it final_norm).
+  LayerStackModel(ModelConfig config, std::string name, std::string stack_prefix,
+                  std::string final_norm = "final_layernorm");
 
   // ---- what a model plugin supplies --------------------------------------------------------
   // Called once before declaring, with the build info (e.g. to check fields or sequence length).
@@ -145,7 +147,7 @@ class LayerStackModel : public Model {
   void declare_all(ParamFactory& factory, const std::vector<LayerRange>& chunks, bool pre,
                    bool post);
 
-  std::string name_, stack_prefix_;
+  std::string name_, stack_prefix_, final_norm_name_;
   ModelBuildInfo info_;
   TensorParallelism tp_;
   ParameterSet params_;

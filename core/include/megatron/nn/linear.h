@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "megatron/nn/init.h"
 
@@ -31,6 +32,12 @@ struct Linear {
   static Linear declare(ParamFactory& factory, const std::string& prefix, std::int64_t in,
                         std::int64_t out, bool bias, float init_std,
                         TensorParallel parallel = TensorParallel::none, int blocks = 1);
+
+  // Column-parallel with unequal output blocks, each split over the group separately (the Mamba
+  // mixer's in_proj [z, x, B, C, dt]): rank r's output is [block_0 slice r, block_1 slice r, ...].
+  static Linear declare_column_blocks(ParamFactory& factory, const std::string& prefix,
+                                      std::int64_t in, const std::vector<std::int64_t>& blocks,
+                                      bool bias, float init_std);
 
   // Shapes as above; `compute` bf16/f16 runs the GEMM on inputs cast to it.
   void forward(Backend& backend, const Tensor& x, Tensor& y, DType compute = DType::f32) const;

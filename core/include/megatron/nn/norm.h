@@ -21,6 +21,11 @@ struct Norm {
 
   static Norm declare(ParamFactory& factory, const std::string& prefix, std::int64_t hidden,
                       NormKind kind, float eps);
+  // The same norm named as Transformer Engine's fused LayerNormLinear names it, inside the linear
+  // layer it feeds: `<linear_prefix>.layer_norm_weight` / `.layer_norm_bias` (Megatron-core's
+  // Mamba and hybrid specs: mixer.in_proj, self_attention.linear_qkv, mlp.linear_fc1).
+  static Norm declare_fused(ParamFactory& factory, const std::string& linear_prefix,
+                            std::int64_t hidden, NormKind kind, float eps);
   // x, y (rows, hidden).
   void forward(Backend& backend, const Tensor& x, Tensor& y, Saved& saved) const;
   // dx overwritten; parameter gradients accumulated.

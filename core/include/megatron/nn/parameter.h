@@ -11,7 +11,12 @@
 
 namespace megatron {
 
-enum class ParamInit { normal, zeros, ones };
+// How a parameter starts (Megatron's rules; the Mamba mixer's are those of MambaMixer.__init__):
+//  normal: N(0, init_std); zeros; ones; uniform: U[init_low, init_high);
+//  log_uniform: log(U[init_low, init_high)) (Mamba's A_log);
+//  inverse_softplus_log_uniform: softplus^-1(max(exp(U[log init_low, log init_high)),
+//    init_floor)) (Mamba's dt_bias, so softplus(dt_bias) is log-uniform in [low, high]).
+enum class ParamInit { normal, zeros, ones, uniform, log_uniform, inverse_softplus_log_uniform };
 
 // One contiguous run of a tensor-parallel shard along its partition dimension: `length` rows
 // (indices along partition_dim) that sit at `global_offset` in the global tensor and at
@@ -30,6 +35,9 @@ struct Parameter {
   int partition_count = 1;   // tensor-parallel size it was cut for; 1 = the whole tensor
   int partition_rank = 0;    // which slice of each block this rank holds
   int partition_blocks = 1;  // equal blocks along partition_dim split separately (2: SwiGLU fc1)
+  // Unequal blocks instead (global extents, summing to the dimension), each split separately:
+  // the Mamba mixer's in_proj [z, x, B, C, dt] and conv1d [x, B, C]. Empty: equal blocks.
+  std::vector<std::int64_t> partition_block_sizes;
   // Replicated across tensor-parallel ranks but used on sequence shards (norm weights and biases
   // under sequence parallelism): each rank's grad is a partial sum, all-reduced over the
   // tensor-parallel group before the optimizer (Megatron's _allreduce_layernorm_grads).
@@ -49,18 +57,20 @@ struct Parameter {
   // index in this ParameterSet, the same thing when one rank holds the whole model).
   std::int64_t init_index = -1;
   ParamInit init = ParamInit::zeros;
-  float init_std = 0;        // for ParamInit::normal
+  float init_std = 0;                                 // for ParamInit::normal
+  float init_low = 0, init_high = 0, init_floor = 0;  // for the uniform kinds
   bool weight_decay = true;  // false for biases and norm weights (Megatron's no-decay group)
   Tensor value;              // this rank's shard; the fp32 master copy (or f64 in gradient tests)
   Tensor grad;               // same shape and dtype as value; accumulated over micro-batches
 };
 
 // Note [Tensor-parallel shards]
-// Along partition_dim the global extent is cut into `partition_blocks` equal blocks and each block
-// into `partition_count` equal slices; a rank holds slice `partition_rank` of every block, blocks
-// in order. One block is Megatron's plain column/row split; SwiGLU's fc1 weight is [gate; up]
-// globally, and rank r holds [gate_r; up_r] (two blocks), as Megatron-core's checkpoints expect.
-// Megatron's fused QKV needs no blocks: its per-query-group layout puts whole groups in each slice.
+// Along partition_dim the global extent is cut into `partition_blocks` equal blocks (or the
+// blocks of `partition_block_sizes`) and each block into `partition_count` equal slices; a rank
+// holds slice `partition_rank` of every block, blocks in order. One block is Megatron's plain
+// column/row split; SwiGLU's fc1 weight is [gate; up] globally, and rank r holds [gate_r; up_r]
+// (two blocks), as Megatron-core's checkpoints expect. Megatron's fused QKV needs no blocks: its
+// per-query-group layout puts whole groups in each slice.
 
 // The shard's extent along partition_dim (global extent / partition_count).
 std::int64_t shard_extent(const Parameter& p);

@@ -27,6 +27,15 @@ struct TransformerConfig {
   float init_method_std = 0.02f;
   std::int64_t rotary_dim = 0;  // features of each head rotated; 0 = no rotary embedding
 
+  // The Mamba-2 mixer (Megatron's mamba_* TransformerConfig fields and MambaMixer defaults).
+  std::int64_t mamba_state_dim = 128;
+  std::int64_t mamba_head_dim = 64;
+  std::int64_t mamba_num_groups = 8;
+  std::int64_t mamba_num_heads = 0;  // 0: d_inner / mamba_head_dim with d_inner = expand * h
+  std::int64_t mamba_expand = 2;
+  std::int64_t mamba_conv_kernel = 4;   // d_conv
+  std::int64_t mamba_chunk_size = 128;  // the SSD scan's chunk (MambaMixer's chunk_size)
+
   std::int64_t heads_per_group() const { return num_attention_heads / num_query_groups; }
   // Width of linear_qkv's output: (np + 2 ng) hn, laid out per query group.
   std::int64_t qkv_size() const {
@@ -34,6 +43,10 @@ struct TransformerConfig {
   }
   // Megatron scales the output projections' init by 1/sqrt(2 L).
   float output_init_std() const;
+  std::int64_t mamba_heads() const {
+    return mamba_num_heads > 0 ? mamba_num_heads : mamba_expand * hidden_size / mamba_head_dim;
+  }
+  std::int64_t mamba_d_inner() const { return mamba_heads() * mamba_head_dim; }
 };
 
 // Rotary cos/sin tables (S, R) in Megatron's non-interleaved layout: cat(freqs, freqs).

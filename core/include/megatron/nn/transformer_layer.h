@@ -1,6 +1,8 @@
-// One pre-norm transformer layer: x += Dropout(Attn(LN1(x))); x += Dropout(MLP(LN2(x))), and with
-// a cross-attention slot Megatron's T5 decoder layer, which adds
-// x += Dropout(CrossAttn(pre_cross_attn_layernorm(x), memory)) between the two.
+// One pre-norm layer: x += Dropout(Attn(LN1(x))); x += Dropout(MLP(LN2(x))), and with a
+// cross-attention slot Megatron's T5 decoder layer, which adds
+// x += Dropout(CrossAttn(pre_cross_attn_layernorm(x), memory)) between the two. The one-block
+// kinds of hybrid stacks (LayerKind attention, mlp, mamba) keep one of the blocks, the Mamba
+// layer's being x += Dropout(MambaMixer(norm(x))).
 #pragma once
 
 #include <string>
@@ -8,6 +10,7 @@
 #include "megatron/nn/attention.h"
 #include "megatron/nn/cross_attention.h"
 #include "megatron/nn/layer_spec.h"
+#include "megatron/nn/mamba_mixer.h"
 #include "megatron/nn/mlp.h"
 #include "megatron/nn/norm.h"
 
@@ -21,8 +24,9 @@ class TransformerLayer {
     Norm::Saved norm1;
     Tensor ln1;  // (S, B, h)
     SelfAttention::Saved attention;
-    Tensor x1;               // after the attention residual
-    Norm::Saved norm_cross;  // cross-attention layers only
+    MambaMixer::Saved mamba;  // Mamba layers only (the mixer's input is ln1)
+    Tensor x1;                // after the first block's residual
+    Norm::Saved norm_cross;   // cross-attention layers only
     Tensor ln_cross;
     CrossAttention::Saved cross;
     Tensor x2;  // the MLP block's input: after the cross-attention residual, else x1
@@ -35,7 +39,9 @@ class TransformerLayer {
   // Dropout sites a layer of `spec` uses: attention probabilities, after attention, after the
   // MLP; a cross-attention layer also its probabilities and after cross-attention (sites 3, 4,
   // so the first three are numbered as in every layer).
-  static std::uint64_t dropout_sites(const LayerSpec& spec) { return spec.cross_attention ? 5 : 3; }
+  // The one-block kinds: attention 2 (probabilities, after attention), MLP and Mamba 1 (after the
+  // block).
+  static std::uint64_t dropout_sites(const LayerSpec& spec);
   // The layer's dropout sites are first_dropout_site + [0, dropout_sites(spec)), allocated by
   // whoever declares the model (a layer kind never shares another's streams).
   void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config,
@@ -49,8 +55,9 @@ class TransformerLayer {
   void backward(const LayerContext& ctx, const Tensor& dy, const LayerInputs& inputs, Saved& saved,
                 Tensor& dx) const;
 
-  Norm input_layernorm, pre_mlp_layernorm;
+  Norm input_layernorm, pre_mlp_layernorm;  // input_layernorm: the Mamba layer's `norm` too
   SelfAttention self_attention;
+  MambaMixer mixer;  // Mamba layers only
   Mlp mlp;
   Norm pre_cross_attn_layernorm;  // cross-attention layers only
   CrossAttention cross_attention;
@@ -65,7 +72,15 @@ class TransformerLayer {
   }
   TransformerConfig config_;
   TensorParallelism tp_;
+  bool has_attention() const {
+    return kind_ == LayerKind::transformer || kind_ == LayerKind::attention;
+  }
+  bool has_mlp() const { return kind_ == LayerKind::transformer || kind_ == LayerKind::mlp; }
+  // The MLP block's hidden-dropout site (after attention's two in a transformer layer).
+  int mlp_site() const { return kind_ == LayerKind::mlp ? 0 : 2; }
+
   std::uint64_t first_site_ = 0;
+  LayerKind kind_ = LayerKind::transformer;
   bool cross_ = false;
 };
 

@@ -20,12 +20,19 @@ struct PipelineLayout {
   std::int64_t first_stage_layers = 0;  // decoder_first_pipeline_num_layers (0: even split)
   std::int64_t last_stage_layers = 0;   // decoder_last_pipeline_num_layers (0: even split)
   int microbatch_group_size = 0;        // interleaved only; 0: pipeline_size (Megatron)
+  // Layers of each stage as the model fixes them (ModelDimensions::stage_layer_counts); empty:
+  // the even or first/last split above.
+  std::vector<std::int64_t> stage_layer_counts = {};
 };
 
 // The layout the [parallel] table describes for a model of `num_layers` layers
 // (num_layers_per_virtual_pipeline_stage gives the chunks per rank). Throws ConfigError when the
 // virtual stage size does not divide a stage's layers.
 PipelineLayout pipeline_layout(const config::ParallelConfig& parallel, std::int64_t num_layers);
+// The layout for a model's dimensions: as above, with the model's own stage split when it gives
+// one (refused, naming the keys, when its stage count is not pipeline_model_parallel_size or
+// interleaving or first/last stage sizes are also asked for).
+PipelineLayout pipeline_layout(const config::ParallelConfig& parallel, const ModelDimensions& dims);
 
 // Layers of model chunk `chunk` on pipeline rank `rank`. Even split: chunk c on rank r holds
 // layers from (c * pipeline_size + r) * L / (pipeline_size * virtual_size). Uneven first/last

@@ -88,6 +88,22 @@ class CpuBackend final : public Backend {
                               const Tensor& row_max, const Tensor& sum_exp, const Tensor& dloss,
                               Tensor& dlogits) override;
 
+  // mamba_conv1d.cpp, ssd_scan.cpp, gated_rmsnorm.cpp
+  void causal_conv1d_silu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  Tensor& y) override;
+  void causal_conv1d_silu_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& bias, Tensor& dx, Tensor& dweight, Tensor& dbias,
+                                   bool accumulate_params) override;
+  void ssd_scan_forward(const SsdScan& scan, Tensor& y, Tensor& chunk_states) override;
+  void ssd_scan_backward(const Tensor& dy, const SsdScan& scan, const Tensor& chunk_states,
+                         SsdScanGrads& grads, bool accumulate_params) override;
+  void gated_rmsnorm_forward(const Tensor& x, const Tensor& z, const Tensor& weight,
+                             std::int64_t group_size, float eps, Tensor& y, Tensor& rstd) override;
+  void gated_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& z,
+                              const Tensor& weight, std::int64_t group_size, const Tensor& rstd,
+                              Tensor& dx, Tensor& dz, Tensor& dweight,
+                              bool accumulate_params) override;
+
   // optimizer.cpp
   double l2_norm(std::span<const Tensor* const> tensors) override;
   void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,

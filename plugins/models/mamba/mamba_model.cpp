@@ -1,0 +1,70 @@
+// MambaModel: the hybrid stack's layer kinds, its description, dimensions and FLOPs.
+#include "mamba_model.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace megatron::mamba {
+
+MambaModel::MambaModel(MambaConfig config)
+    : gpt::GptModel(std::move(config.model), "Mamba", "final_norm"),
+      layers_(std::move(config.layers)) {}
+
+nn::LayerSpec MambaModel::layer_spec(std::int64_t layer) const {
+  nn::LayerSpec spec;
+  spec.fused_norm_names = true;
+  switch (layers_.kinds.at(static_cast<std::size_t>(layer))) {
+    case 'M':
+      spec.kind = nn::LayerKind::mamba;
+      break;
+    case '*':
+      spec.kind = nn::LayerKind::attention;
+      break;
+    default:
+      spec.kind = nn::LayerKind::mlp;
+      break;
+  }
+  return spec;
+}
+
+std::string MambaModel::describe() const {
+  const nn::TransformerConfig& tc = config_.transformer;
+  std::ostringstream s;
+  s << describe_layout("Mamba") << "; layers " << layers_.kinds << " (M Mamba, * attention, - MLP)"
+    << "; Mamba heads " << tc.mamba_heads() << " x " << tc.mamba_head_dim << ", state "
+    << tc.mamba_state_dim << ", groups " << tc.mamba_num_groups;
+  return s.str();
+}
+
+ModelDimensions MambaModel::dimensions() const {
+  ModelDimensions d = LayerStackModel::dimensions();
+  d.stage_layer_counts = layers_.stage_layers;
+  return d;
+}
+
+double MambaModel::flops_per_iteration(std::int64_t samples) const {
+  const nn::TransformerConfig& tc = config_.transformer;
+  const double b = static_cast<double>(samples), s = static_cast<double>(info().seq_length);
+  const double h = static_cast<double>(tc.hidden_size);
+  const auto count = [&](char c) {
+    return static_cast<double>(std::count(layers_.kinds.begin(), layers_.kinds.end(), c));
+  };
+  // attn_layer_flops with kv_channels: p = kv_channels * heads / h, g = query groups.
+  const double heads = static_cast<double>(tc.num_attention_heads);
+  const double p = static_cast<double>(tc.kv_channels) * heads / h;
+  const double g = static_cast<double>(tc.num_query_groups);
+  const double attention = 4 * b * s * h * p * (h + h * (g / heads) + s / 2);
+  const double expansion = static_cast<double>(tc.ffn_hidden_size) / h;
+  const double mlp = 4 * expansion * (tc.swiglu ? 1.5 : 1.0) * b * s * h * h;
+  // mamba_layer_flops: in_proj, the scan (7 b s d_in N), out_proj; d_in = 2h as Megatron writes
+  // it, with the heads given or derived.
+  const double d_in = 2 * h, n = static_cast<double>(tc.mamba_state_dim);
+  const double mamba_heads = static_cast<double>(tc.mamba_heads());
+  const double groups = static_cast<double>(tc.mamba_num_groups);
+  const double mamba = 2 * b * s * h * (2 * d_in + 2 * groups * n + mamba_heads) +
+                       7 * b * s * d_in * n + 2 * b * s * d_in * h;
+  const double logits = 2 * b * s * h * static_cast<double>(padded_vocab_size());
+  return 3 * (count('*') * attention + count('-') * mlp + count('M') * mamba + logits);
+}
+
+}  // namespace megatron::mamba

@@ -1,0 +1,93 @@
+// Writes what tests/reference/mamba_reference.py checks against an independent PyTorch Mamba-2
+// (the plain recurrence): a pure (variant a) or hybrid (variant b) model's initial weights, a
+// random batch, our loss and every parameter gradient, in one checkpoint-format file.
+//   mamba_reference_dump OUT_DIR VARIANT
+#include <iostream>
+#include <random>
+#include <string>
+
+#include "mamba_model.h"
+#include "megatron/checkpoint/checkpoint.h"
+#include "megatron/error.h"
+
+using namespace megatron;
+
+namespace {
+
+mamba::MambaConfig variant_config(const std::string& variant) {
+  if (variant != "a" && variant != "b") throw Error("unknown variant '" + variant + "' (a or b)");
+  const std::string pattern = variant == "a" ? "MM" : "M*-M";
+  mamba::MambaConfig c;
+  nn::TransformerConfig& t = c.model.transformer;
+  t.num_layers = static_cast<std::int64_t>(pattern.size());
+  t.hidden_size = 64;
+  t.num_attention_heads = 4;
+  t.num_query_groups = 2;
+  t.kv_channels = 16;
+  t.ffn_hidden_size = 128;
+  t.normalization = nn::NormKind::rmsnorm;
+  t.norm_epsilon = 1e-5f;
+  t.add_bias_linear = false;
+  t.gelu = GeluApproximation::none;  // Megatron's F.gelu without bias fusion
+  t.hidden_dropout = 0;
+  t.attention_dropout = 0;
+  t.mamba_state_dim = 16;
+  t.mamba_head_dim = 16;
+  t.mamba_num_groups = 2;
+  t.mamba_chunk_size = 16;  // 40 tokens: two whole chunks and a partial one
+  c.model.position_embedding = nn::PositionEmbedding::none;
+  c.model.untie_embeddings_and_output_weights = true;
+  c.layers = mamba::allocate_layers(t.num_layers, 0, 0, pattern);
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: mamba_reference_dump OUT_DIR VARIANT\n";
+    return 2;
+  }
+  try {
+    const std::int64_t vocab = 1000, seq = 40, batch = 2;
+    mamba::MambaModel model(variant_config(argv[2]));
+    ModelBuildInfo info;
+    info.vocab_size = vocab;
+    info.seq_length = seq;
+    info.seed = 1234;
+    model.build(info);
+
+    std::mt19937 rng(42);
+    std::vector<std::int32_t> tokens(batch * seq), labels(batch * seq);
+    std::vector<float> mask(batch * seq);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<std::int32_t>(rng() % vocab);
+      labels[i] = static_cast<std::int32_t>(rng() % vocab);
+      mask[i] = i % 7 == 3 ? 0.0f : 1.0f;
+    }
+    Batch b;
+    b.set("tokens", Tensor::from(tokens, {batch, seq}));
+    b.set("labels", Tensor::from(labels, {batch, seq}));
+    b.set("loss_mask", Tensor::from(mask, {batch, seq}));
+
+    checkpoint::CheckpointState state;
+    for (auto& p : model.parameters())
+      state.tensors["model/" + p->name] = p->value.clone();
+    StepOptions o;
+    o.training = false;
+    const StepResult r = model.step(b, o);
+    const LossTerm* lm = r.find("lm loss");
+    if (!lm) throw Error("the mamba model returned no \"lm loss\"");
+    state.tensors["reference/loss"] = Tensor::from(std::vector<double>{lm->sum / lm->count}, {1});
+    for (auto& p : model.parameters())
+      state.tensors["reference/grad/" + p->name] = p->grad;
+    state.tensors["reference/tokens"] = b["tokens"];
+    state.tensors["reference/labels"] = b["labels"];
+    state.tensors["reference/loss_mask"] = b["loss_mask"];
+    std::cout << checkpoint::save_checkpoint(argv[1], state).string() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "mamba_reference_dump: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
