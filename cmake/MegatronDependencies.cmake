@@ -12,6 +12,11 @@ find_package(ICU 72 REQUIRED COMPONENTS uc i18n)
 # PCRE2 ships no CMake config in Debian; its pkg-config file gives an imported target.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# SentencePiece (Megatron's SentencePieceTokenizer, GPTSentencePieceTokenizer): Debian's
+# sentencepiece.pc also lists the trainer library, which nothing here needs, so only the processor
+# library and its header are taken.
+find_path(MEGATRON_SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h REQUIRED)
+find_library(MEGATRON_SENTENCEPIECE_LIBRARY sentencepiece REQUIRED)
 
 # Parallel HDF5 (the OpenMPI build) so ranks can write slices of one checkpoint through MPI-IO.
 set(HDF5_PREFER_PARALLEL ON)

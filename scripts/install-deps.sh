@@ -13,6 +13,7 @@ build_packages=(
   libpcre2-dev nlohmann-json3-dev  # GPT-2 pre-tokenizer regex; JSON for vocab files and loose JSON
   libicu-dev  # Unicode categories, NFD and sentence boundaries (WordPiece, preprocess --split-sentences)
   libssl-dev  # MD5 (OpenSSL EVP) naming the dataset index cache files as Megatron does
+  libsentencepiece-dev  # SentencePieceTokenizer and GPTSentencePieceTokenizer (.model files)
   libhdf5-openmpi-dev
   libspdlog-dev libfmt-dev
   libopenmpi-dev openmpi-bin
@@ -22,6 +23,7 @@ test_packages=(
   git clang-format hdf5-tools
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-h5py python3-torch python3-regex
+  sentencepiece  # spm_encode / spm_train: the SentencePiece tokenizer tests' reference
 )
 
 case "$profile" in

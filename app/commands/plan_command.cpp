@@ -52,6 +52,7 @@ PlannedData planned_data(const Session& session) {
   TokenizerFiles files;
   if (data.has("vocab_file")) files.vocab_file = data.string("vocab_file");
   if (data.has("merge_file")) files.merge_file = data.string("merge_file");
+  if (data.has("tokenizer_model")) files.tokenizer_model = data.string("tokenizer_model");
   if (data.has("vocab_extra_ids")) files.vocab_extra_ids = data.integer("vocab_extra_ids");
   const auto tokenizer = make_tokenizer(data.string("tokenizer_type"), files);
   PlannedData out{static_cast<std::int64_t>(tokenizer->vocab_size()), data.integer(seq_key), {}};
@@ -100,7 +101,7 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   auto model = create_plugin<Model>(session, single, "model", "megatron::Model", "type = \"gpt\"");
   model->build(info);
   const ModelDimensions dims = model->dimensions();
-  const train::PipelineLayout placement = train::pipeline_layout(core.parallel, dims.num_layers);
+  const train::PipelineLayout placement = train::pipeline_layout(core.parallel, dims);
   std::vector<std::unique_ptr<Model>> stage_models;
   std::vector<train::StageParameters> stages;
   for (int s = 0; s < placement.pipeline_size; ++s) {

@@ -370,14 +370,18 @@ PreprocessOptions parse_options(const std::vector<std::string>& args, bool& help
       ("append-eod", po::bool_switch(&o.append_eod),
        "append the end-of-document token to the last sentence of every non-empty document")  //
       ("tokenizer-type", po::value(&o.tokenizer_type)->required()->value_name("TYPE"),
-       "GPT2BPETokenizer, BertWordPieceLowerCase or BertWordPieceCase")  //
+       "GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, GPTSentencePieceTokenizer "
+       "or SentencePieceTokenizer")  //
       ("vocab-file", po::value(&o.tokenizer_files.vocab_file)->value_name("FILE"),
        "vocabulary (encoder.json for GPT2BPETokenizer, one token per line for WordPiece)")  //
       ("vocab-extra-ids",
        po::value(&o.tokenizer_files.vocab_extra_ids)->default_value(0)->value_name("N"),
-       "WordPiece: <extra_id_0..N-1> tokens appended to the vocabulary (T5's sentinels)")  //
+       "WordPiece and SentencePieceTokenizer: <extra_id_0..N-1> tokens appended to the "
+       "vocabulary (T5's sentinels)")  //
       ("merge-file", po::value(&o.tokenizer_files.merge_file)->value_name("FILE"),
        "BPE merges (vocab.bpe for GPT2BPETokenizer)")  //
+      ("tokenizer-model", po::value(&o.tokenizer_files.tokenizer_model)->value_name("FILE"),
+       "SentencePiece model (.model) for GPTSentencePieceTokenizer and SentencePieceTokenizer")  //
       ("workers", po::value(&o.workers)->required()->value_name("N"),
        "tokenizer threads; the output does not depend on N")  //
       ("log-interval", po::value(&o.log_interval)->default_value(1000)->value_name("N"),

@@ -3,6 +3,8 @@
 // the cache files (Megatron's names, reused), and errors that name the key and the path.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "gpt_plugin_fixture.h"
 #include "megatron/data/blend.h"
@@ -233,6 +235,56 @@ TEST_F(GptPluginTest, KeptLastPartialValidSampleIsPaddedAndMasked) {
     padded_samples += text.size() < 9;
   }
   EXPECT_EQ(padded_samples, 1);
+}
+
+TEST_F(GptPluginTest, SentencePieceTokenizersPadAndCacheIdentityAreMegatrons) {
+  // One document of 40 tokens with SentencePieceTokenizer's <PAD> (8004 with data/austen_spm.model)
+  // at 5 and 20: GPTDataset takes tokenizer.pad as its pad id, so those labels are masked and the
+  // ids become 0, as for the padding of a short sample. GPTSentencePieceTokenizer has no pad
+  // (pad_id -1), so there 8004 is an ordinary id.
+  IndexedDatasetWriter writer(bin_path(dir_.prefix("spm")), IndexDType::u16);
+  std::vector<std::int32_t> tokens;
+  for (std::int32_t i = 0; i < 40; ++i)
+    tokens.push_back(i == 5 || i == 20 ? 8004 : 100 + i);
+  writer.add_item(std::span<const std::int32_t>(tokens));
+  writer.end_document();
+  writer.finalize(idx_path(dir_.prefix("spm")));
+  const std::string prefix = dir_.prefix("spm");
+  const std::string model = std::string(DATA_DIR) + "/austen_spm.model";
+  for (const std::string type : {"SentencePieceTokenizer", "GPTSentencePieceTokenizer"}) {
+    SCOPED_TRACE(type);
+    const fs::path cache = dir_.path() / ("cache_" + type);
+    auto dataset = create(gpt_table("[" + quoted(prefix) + "]", 8,
+                                    "split = \"1\"\ntokenizer_type = \"" + type +
+                                        "\"\ntokenizer_model = " + quoted(model) +
+                                        "\ndata_cache_path = " + quoted(cache.string()) + "\n"));
+    dataset->build({4, 0, 0});
+    const bool pad = type == "SentencePieceTokenizer";
+    int masked = 0;
+    for (std::int64_t k = 0; k < dataset->size(Split::kTrain); ++k) {
+      const Sample s = get_sample(*dataset, Split::kTrain, k);
+      for (std::size_t i = 0; i < 8; ++i) {
+        EXPECT_NE(s.tokens[i], pad ? 8004 : -1);
+        EXPECT_NE(s.labels[i], pad ? 8004 : -1);
+        masked += s.loss_mask[i] == 0.0f;
+        if (s.loss_mask[i] == 0.0f) {
+          EXPECT_EQ(s.labels[i], 0);
+        }
+      }
+    }
+    EXPECT_EQ(masked > 0, pad);
+    // Megatron's unique_identifiers of the tokenizer: its class, the model path, vocab_extra_ids.
+    std::string description;
+    for (const auto& entry : fs::directory_iterator(cache)) {
+      if (entry.path().string().ends_with("-train-description.txt")) {
+        std::ifstream in(entry.path());
+        description.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+    }
+    expect_mentions(description, {"\"class\": \"_" + type + "\"", "\"tokenizer_path\": [\n",
+                                  "\"" + fs::path(model).lexically_normal().string() + "\"",
+                                  "\"vocab_extra_ids\": \"0\""});
+  }
 }
 
 TEST_F(GptPluginTest, WeightedBlendPicksConstituentsInMegatronsOrder) {

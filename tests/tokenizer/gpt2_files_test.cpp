@@ -148,7 +148,8 @@ TEST(TokenizerFactory, KnowsGpt2AndNamesWhatIsMissing) {
   } catch (const UsageError& e) {
     EXPECT_STREQ(e.what(),
                  "unknown tokenizer type 'SentencePiece'; supported: GPT2BPETokenizer, "
-                 "BertWordPieceLowerCase, BertWordPieceCase");
+                 "BertWordPieceLowerCase, BertWordPieceCase, GPTSentencePieceTokenizer, "
+                 "SentencePieceTokenizer");
   }
 }
 

@@ -11,6 +11,7 @@
 #include "megatron/data/tokenizer_vocabulary.h"
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
+#include "megatron/tokenizer/sentencepiece_tokenizer.h"
 
 namespace megatron::tasks {
 
@@ -18,6 +19,9 @@ void declare_task_keys(config::TableSchema& s, const std::string& default_type) 
   s.string("tokenizer_type", default_type, "Megatron's --tokenizer-type")
       .optional_path("vocab_file", "tokenizer vocabulary (encoder.json for GPT2BPETokenizer)")
       .optional_path("merge_file", "BPE merges (vocab.bpe for GPT2BPETokenizer)")
+      .optional_path("tokenizer_model",
+                     "SentencePiece model (.model) for GPTSentencePieceTokenizer and "
+                     "SentencePieceTokenizer")
       .optional_path("pretrained_checkpoint",
                      "checkpoint to evaluate or fine-tune from: a directory (its latest) or an "
                      ".h5 file, saved at any parallel layout (default: [checkpoint] load)")
@@ -28,17 +32,25 @@ std::unique_ptr<Tokenizer> task_tokenizer(const config::ConfigTable& t) {
   TokenizerFiles files;
   if (t.has("vocab_file")) files.vocab_file = t.string("vocab_file");
   if (t.has("merge_file")) files.merge_file = t.string("merge_file");
+  if (t.has("tokenizer_model")) files.tokenizer_model = t.string("tokenizer_model");
   const std::string& type = t.string("tokenizer_type");
   if (type == "GPT2BPETokenizer") {
     for (const char* key : {"vocab_file", "merge_file"})
       if (!t.has(key)) t.fail(key, "required key is missing: GPT2BPETokenizer needs it");
+  } else if (is_sentencepiece_tokenizer_type(type)) {
+    if (!t.has("tokenizer_model")) {
+      t.fail("tokenizer_model", "required key is missing: " + type + " needs it");
+    }
   } else if (!t.has("vocab_file")) {
     t.fail("vocab_file", "required key is missing: " + type + " needs it");
   }
   try {
     return make_tokenizer(type, files);
-  } catch (const Error& e) {
+  } catch (const UsageError& e) {
     t.fail("tokenizer_type", e.what());
+  } catch (const Error& e) {
+    // A SentencePiece model that cannot be loaded is the fault of the one key naming it.
+    t.fail(is_sentencepiece_tokenizer_type(type) ? "tokenizer_model" : "tokenizer_type", e.what());
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include "megatron/error.h"
 #include "megatron/tokenizer/gpt2_bpe_tokenizer.h"
+#include "megatron/tokenizer/sentencepiece_tokenizer.h"
 #include "megatron/tokenizer/wordpiece_tokenizer.h"
 
 namespace megatron {
@@ -37,8 +38,22 @@ std::unique_ptr<Tokenizer> make_tokenizer(std::string_view type, const Tokenizer
                                                     : WordPieceTokenizer::Case::keep,
                                                 files.vocab_extra_ids);
   }
+  if (is_sentencepiece_tokenizer_type(type)) {
+    if (files.tokenizer_model.empty()) {
+      throw UsageError(std::string(type) +
+                       " needs --tokenizer-model (a SentencePiece .model file)");
+    }
+    // As in Megatron, only SentencePieceTokenizer takes --vocab-extra-ids.
+    if (type == "GPTSentencePieceTokenizer") {
+      return std::make_unique<SentencePieceTokenizer>(files.tokenizer_model,
+                                                      SentencePieceTokenizer::Kind::gpt);
+    }
+    return std::make_unique<SentencePieceTokenizer>(
+        files.tokenizer_model, SentencePieceTokenizer::Kind::special_tokens, files.vocab_extra_ids);
+  }
   throw UsageError("unknown tokenizer type '" + std::string(type) +
-                   "'; supported: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase");
+                   "'; supported: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, "
+                   "GPTSentencePieceTokenizer, SentencePieceTokenizer");
 }
 
 std::int64_t padded_vocab_size(std::int64_t vocab_size, std::int64_t divisible_by,

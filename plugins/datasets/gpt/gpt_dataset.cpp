@@ -10,13 +10,14 @@
 #include "megatron/data/split_builder.h"
 #include "megatron/error.h"
 #include "megatron/parallel/parallel_state.h"
+#include "megatron/tokenizer/sentencepiece_tokenizer.h"
 
 namespace megatron::gpt_data {
 
 namespace {
 
-// Megatron's _PAD_TOKEN_ID: GPT-2's tokenizer has no pad id. Padding only ever appears in a kept
-// last partial sample of the valid split.
+// Megatron's _PAD_TOKEN_ID, GPTDataset's pad id when the tokenizer has none (GPT-2's has none).
+// Padding only ever appears in a kept last partial sample of the valid split.
 constexpr std::int32_t kPadToken = -1;
 
 std::size_t slot(data::Split split) {
@@ -27,9 +28,18 @@ std::string split_text(data::Split split) {
   return std::string(data::split_name(split));
 }
 
-// Megatron's tokenizer unique_identifiers: the class name and the files, in its argument order.
+// Megatron's tokenizer unique_identifiers: the class name and the files, in its argument order,
+// then its keyword options.
 data::TokenizerIdentity tokenizer_identity(const GptDataOptions& options) {
   data::TokenizerIdentity identity;
+  if (is_sentencepiece_tokenizer_type(options.tokenizer_type)) {
+    // _GPTSentencePieceTokenizer passes vocab_extra_ids=0 to _SentencePieceTokenizer, which
+    // passes it on, so both record it; this table has no vocab_extra_ids key, hence "0".
+    identity.class_name = "_" + options.tokenizer_type;
+    identity.paths = {options.tokenizer_files.tokenizer_model};
+    identity.options = {{"vocab_extra_ids", "0"}};
+    return identity;
+  }
   identity.class_name = options.tokenizer_type == "GPT2BPETokenizer" ? "_GPT2BPETokenizer"
                                                                      : "_" + options.tokenizer_type;
   for (const std::string& file :
@@ -50,7 +60,16 @@ GptDataset::GptDataset(PluginContext& context)
     tokenizer_ = make_tokenizer(options_.tokenizer_type, options_.tokenizer_files);
   } catch (const UsageError& e) {
     table_.fail("tokenizer_type", e.what());
+  } catch (const Error& e) {
+    // A SentencePiece model that cannot be loaded is the fault of the one key naming it.
+    if (is_sentencepiece_tokenizer_type(options_.tokenizer_type)) {
+      table_.fail("tokenizer_model", e.what());
+    }
+    throw;
   }
+  // GPTDataset takes tokenizer.pad when the tokenizer has one (SentencePieceTokenizer always
+  // does, GPTSentencePieceTokenizer when the model has a pad piece), else _PAD_TOKEN_ID.
+  pad_token_ = tokenizer_->special_token(SpecialToken::pad).value_or(kPadToken);
   for (const data::PrefixUse& use : data::distinct_prefixes(options_.blends)) {
     auto dataset = std::make_unique<LowLevelDataset>(
         LowLevelDataset{use.prefix, IndexedDataset(use.prefix), {}});
@@ -213,7 +232,7 @@ void GptDataset::get(data::Split split, std::int64_t index, const SampleSlots& o
   }
 
   // The sample's seq_length + 1 tokens (the last one is only a label), padded when short.
-  std::vector<std::int32_t> text(length + 1, kPadToken);
+  std::vector<std::int32_t> text(length + 1, pad_token_);
   std::size_t filled = 0;
   for (const data::SamplePiece& piece :
        mid->indices.sample_pieces(item, mid->source->sequence_lengths)) {
@@ -236,9 +255,9 @@ void GptDataset::get(data::Split split, std::int64_t index, const SampleSlots& o
     const std::int32_t label = text[i + 1];
     float mask = 1.0f;
     if (options_.eod_mask_loss && input == eod) mask = 0.0f;
-    if (label == kPadToken) mask = 0.0f;
-    tokens[i] = input == kPadToken ? 0 : input;
-    labels[i] = label == kPadToken ? 0 : label;
+    if (label == pad_token_) mask = 0.0f;
+    tokens[i] = input == pad_token_ ? 0 : input;
+    labels[i] = label == pad_token_ ? 0 : label;
     loss_mask[i] = mask;
   }
   if (options_.reset_position_ids || options_.reset_attention_mask) {

@@ -69,6 +69,7 @@ class GptDataset final : public Dataset {
   config::ConfigTable table_;  // a copy, for errors that point into the config file
   GptDataOptions options_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::int32_t pad_token_ = -1;  // GPTDataset's _pad_token_id
   std::vector<std::unique_ptr<LowLevelDataset>> low_level_;
   std::array<SplitDataset, 3> splits_;
 };

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "megatron/config/value.h"
+#include "megatron/tokenizer/sentencepiece_tokenizer.h"
 
 namespace megatron::gpt_data {
 
@@ -36,6 +37,9 @@ void declare_gpt_data_config(config::TableSchema& s) {
       .string("tokenizer_type", "GPT2BPETokenizer", "Megatron's --tokenizer-type")
       .optional_path("vocab_file", "tokenizer vocabulary (encoder.json for GPT2BPETokenizer)")
       .optional_path("merge_file", "BPE merges (vocab.bpe for GPT2BPETokenizer)")
+      .optional_path("tokenizer_model",
+                     "SentencePiece model (.model) for GPTSentencePieceTokenizer and "
+                     "SentencePieceTokenizer")
       .optional_path("data_cache_path",
                      "folder for the sample index cache (default: <prefix>/cache/"
                      "GPTDataset_indices for each dataset)")
@@ -63,10 +67,16 @@ GptDataOptions read_gpt_data_options(const ConfigTable& t, const config::CoreCon
   o.tokenizer_type = t.string("tokenizer_type");
   if (t.has("vocab_file")) o.tokenizer_files.vocab_file = absolute(t.string("vocab_file"));
   if (t.has("merge_file")) o.tokenizer_files.merge_file = absolute(t.string("merge_file"));
+  if (t.has("tokenizer_model")) {
+    o.tokenizer_files.tokenizer_model = absolute(t.string("tokenizer_model"));
+  }
   if (o.tokenizer_type == "GPT2BPETokenizer") {
     for (const char* key : {"vocab_file", "merge_file"}) {
       if (!t.has(key)) t.fail(key, "required key is missing: GPT2BPETokenizer needs it");
     }
+  }
+  if (is_sentencepiece_tokenizer_type(o.tokenizer_type) && !t.has("tokenizer_model")) {
+    t.fail("tokenizer_model", "required key is missing: " + o.tokenizer_type + " needs it");
   }
   if (t.has("data_cache_path")) o.data_cache_path = absolute(t.string("data_cache_path"));
   o.eod_mask_loss = t.boolean("eod_mask_loss");

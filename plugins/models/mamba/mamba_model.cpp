@@ -29,11 +29,22 @@ nn::LayerSpec MambaModel::layer_spec(std::int64_t layer) const {
 
 std::string MambaModel::describe() const {
   const nn::TransformerConfig& tc = config_.transformer;
+  const auto count = [&](char c) {
+    return std::count(layers_.kinds.begin(), layers_.kinds.end(), c);
+  };
   std::ostringstream s;
-  s << describe_layout("Mamba") << "; layers " << layers_.kinds << " (M Mamba, * attention, - MLP)"
-    << "; Mamba heads " << tc.mamba_heads() << " x " << tc.mamba_head_dim << ", state "
+  s << "Mamba: " << tc.num_layers << " layers (" << count('M') << " Mamba, " << count('*')
+    << " attention, " << count('-') << " MLP: " << layers_.kinds << "), hidden " << tc.hidden_size
+    << ", Mamba heads " << tc.mamba_heads() << " x " << tc.mamba_head_dim << ", state "
     << tc.mamba_state_dim << ", groups " << tc.mamba_num_groups;
-  return s.str();
+  if (count('*') > 0) {
+    s << ", attention " << tc.num_attention_heads << " heads (" << tc.num_query_groups
+      << " query groups)";
+  }
+  if (count('-') > 0) s << ", ffn " << tc.ffn_hidden_size;
+  s << ", vocab " << info().vocab_size << " padded to " << padded_vocab_ << ", seq "
+    << info().seq_length;
+  return describe_layout(s.str());
 }
 
 ModelDimensions MambaModel::dimensions() const {

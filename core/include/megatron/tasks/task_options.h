@@ -1,6 +1,6 @@
 // What every downstream task's [task] table has: the tokenizer (Megatron's --tokenizer-type,
-// --vocab-file, --merge-file), the pretrained checkpoint and the results file, and the JSON the
-// results are written as.
+// --vocab-file, --merge-file, --tokenizer-model), the pretrained checkpoint and the results file,
+// and the JSON the results are written as.
 #pragma once
 
 #include <filesystem>
@@ -17,8 +17,8 @@
 
 namespace megatron::tasks {
 
-// tokenizer_type (default `default_type`), vocab_file, merge_file, pretrained_checkpoint,
-// results_file.
+// tokenizer_type (default `default_type`), vocab_file, merge_file, tokenizer_model,
+// pretrained_checkpoint, results_file.
 void declare_task_keys(config::TableSchema& schema, const std::string& default_type);
 
 // The tokenizer the table names; problems are ConfigErrors on the key at fault.

@@ -50,17 +50,22 @@ class Tokenizer {
   virtual std::vector<TokenId> additional_special_token_ids() const;
 };
 
-// Files named by --vocab-file and --merge-file (which ones a type needs depends on the type), and
-// --vocab-extra-ids (the <extra_id_N> sentinels the BERT WordPiece types append; GPT-2 ignores it,
-// as Megatron does).
+// Files named by --vocab-file, --merge-file and --tokenizer-model (which ones a type needs depends
+// on the type), and --vocab-extra-ids (the <extra_id_N> sentinels the BERT WordPiece types and
+// SentencePieceTokenizer append; GPT2BPETokenizer and GPTSentencePieceTokenizer ignore it, as
+// Megatron does).
 struct TokenizerFiles {
   std::string vocab_file;
   std::string merge_file;
   std::int64_t vocab_extra_ids = 0;
+  // The SentencePiece .model file. Last, with an initializer, so the existing {vocab, merge, extra}
+  // initializations stay complete.
+  std::string tokenizer_model = {};
 };
 
-// The tokenizer named by Megatron's --tokenizer-type; throws UsageError for an unknown type or a
-// missing file argument, naming the option.
+// The tokenizer named by Megatron's --tokenizer-type: GPT2BPETokenizer, BertWordPieceLowerCase,
+// BertWordPieceCase, GPTSentencePieceTokenizer, SentencePieceTokenizer. Throws UsageError for an
+// unknown type or a missing file argument, naming the option, and Error for a file it cannot use.
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view type, const TokenizerFiles& files);
 
 // Megatron pads the embedding to a multiple of make_vocab_size_divisible_by x TP so every
