@@ -81,6 +81,10 @@ int main(std::vector<std::string> args) {
     exit_code = 2, message = e.what();
   } catch (const UsageError& e) {
     exit_code = 2, message = e.what();
+  } catch (const NumericalError& e) {
+    exit_code = 3, message = e.what();
+  } catch (const CheckpointSaveError& e) {
+    exit_code = 4, message = e.what();
   } catch (const Error& e) {
     exit_code = 1, message = e.what();
   } catch (const std::exception& e) {

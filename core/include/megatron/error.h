@@ -28,6 +28,22 @@ class PluginError : public Error {
   ~PluginError() override;
 };
 
+// Training stopped because the loss or the gradient norm stayed NaN/Inf
+// ([training] max_skipped_nan_steps); the message names the iteration and what was saved.
+class NumericalError : public Error {
+ public:
+  using Error::Error;
+  ~NumericalError() override;
+};
+
+// A checkpoint could not be saved (disk full, I/O error) and the run stops because of it; the
+// previous checkpoint is untouched.
+class CheckpointSaveError : public Error {
+ public:
+  using Error::Error;
+  ~CheckpointSaveError() override;
+};
+
 // Bad command-line usage.
 class UsageError : public Error {
  public:

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -19,6 +20,16 @@ std::mutex& hdf5_mutex() {
   static std::mutex mutex;
   return mutex;
 }
+
+// HDF5 closes whatever is still open from an atexit handler. A file whose write failed for lack
+// of space (EFBIG/ENOSPC) cannot be flushed, and HDF5 1.10's second attempt to close it there
+// crashes (H5F__close_cb) after the save already failed cleanly. Files are always closed by their
+// handles here, so that handler has nothing to do: it is turned off as the library loads, before
+// any other HDF5 call (H5dont_atexit's requirement).
+const bool kNoAtexitClose = [] {
+  H5dont_atexit();
+  return true;
+}();
 
 herr_t innermost_error(unsigned /*n*/, const H5E_error2_t* error, void* data) {
   auto* text = static_cast<std::string*>(data);
@@ -89,7 +100,9 @@ std::string hdf5_error_detail() {
 }
 
 std::string hdf5_reason() {
-  const std::string detail = hdf5_error_detail();
+  std::string detail = hdf5_error_detail();
+  // The sec2 driver's write-failure text has a line break in it; messages stay one line.
+  std::replace(detail.begin(), detail.end(), '\n', ' ');
   return detail.empty() ? "" : " (HDF5: " + detail + ")";
 }
 

@@ -90,6 +90,10 @@ TableSchema training_schema() {
       .integer("eval_iters", 100, "iterations per validation run", Range::at_least(0))
       .optional_integer("exit_interval", "save and exit when the iteration is a multiple of this",
                         Range::at_least(1))
+      .integer("max_skipped_nan_steps", 10,
+               "consecutive steps skipped for NaN/Inf in the loss or gradient norm before the "
+               "run saves and stops (0: stop at the first)",
+               Range::at_least(0))
       .boolean("bf16", false, "bf16 mixed precision with fp32 master weights")
       .boolean("fp16", false, "fp16 mixed precision with dynamic loss scaling")
       .optional_real("loss_scale", "static loss scale for fp16/bf16 (default: dynamic for fp16)",
@@ -246,7 +250,10 @@ TableSchema checkpoint_schema() {
       .optional_integer("save_interval", "iterations between saves", Range::at_least(1))
       .boolean("finetune", false, "load weights only and restart iteration count")
       .boolean("no_load_optim", false, "do not load the optimizer state")
-      .boolean("no_load_rng", false, "do not load the random-number-generator state");
+      .boolean("no_load_rng", false, "do not load the random-number-generator state")
+      .boolean("exit_on_save_failure", false,
+               "stop (exit code 4) when a checkpoint cannot be saved, e.g. the disk is full; "
+               "otherwise log it and train on");
   s.rule([](const ConfigTable& t) {
     if (t.has("save_interval") && !t.has("save")) {
       t.fail("save_interval", "save_interval is set but there is no `save` directory to save to");
@@ -374,6 +381,7 @@ CoreConfig make_core_config(const std::vector<ConfigTable>& tables) {
   c.training.eval_interval = t.integer("eval_interval");
   c.training.eval_iters = t.integer("eval_iters");
   c.training.exit_interval = optional_int<std::int64_t>(t, "exit_interval");
+  c.training.max_skipped_nan_steps = t.integer("max_skipped_nan_steps");
   c.training.bf16 = t.boolean("bf16");
   c.training.fp16 = t.boolean("fp16");
   c.training.loss_scale = t.find_real("loss_scale");
@@ -395,6 +403,7 @@ CoreConfig make_core_config(const std::vector<ConfigTable>& tables) {
   c.checkpoint.finetune = k.boolean("finetune");
   c.checkpoint.no_load_optim = k.boolean("no_load_optim");
   c.checkpoint.no_load_rng = k.boolean("no_load_rng");
+  c.checkpoint.exit_on_save_failure = k.boolean("exit_on_save_failure");
 
   const auto& l = find_table(tables, "logging");
   c.logging.level = l.string("level");

@@ -4,8 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <set>
+#include <sstream>
 
 #include "grad_norm.h"
 #include "megatron/error.h"
@@ -20,6 +24,24 @@
 namespace megatron::train {
 
 namespace {
+
+// Fault injection for the reliability tests: MEGATRON_TEST_NAN_ITERATIONS="5,6" poisons the
+// gradients of those (1-based) iterations with NaN, so the detection and skip path runs for real.
+std::set<std::int64_t> injected_nan_iterations() {
+  std::set<std::int64_t> out;
+  const char* env = std::getenv("MEGATRON_TEST_NAN_ITERATIONS");
+  if (!env) return out;
+  std::istringstream in(env);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      out.insert(std::stoll(item));
+    } catch (const std::exception&) {
+      throw Error("MEGATRON_TEST_NAN_ITERATIONS: '" + item + "' is not an iteration number");
+    }
+  }
+  return out;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -264,6 +286,33 @@ TrainSummary Trainer::run() {
   std::optional<double> last_grad_norm;
   auto interval_start = Clock::now();
   std::int64_t last_saved = -1;
+  // NaN/Inf steps skipped in a row (fp16 overflow skips, which the loss scaler handles, excluded).
+  std::int64_t consecutive_nan = 0;
+  const std::set<std::int64_t> injected_nan = injected_nan_iterations();
+  // Why the latest save failed, while no later save has succeeded.
+  std::optional<std::string> unsaved;
+  std::int64_t last_save_attempt = -1;
+  auto save_now = [&] {
+    bar.clear();
+    last_save_attempt = t.iteration;
+    try {
+      summary.last_checkpoint = t.save_checkpoint();
+      last_saved = t.iteration;
+      unsaved.reset();
+    } catch (const Error& e) {
+      // Every rank learns a save's outcome, so all take the same branch here. The failed save
+      // removed its partial file; the previous checkpoint and the marker were never touched.
+      const std::string what = "checkpoint of iteration " + std::to_string(t.iteration) +
+                               " not saved: " + e.what() +
+                               "; the previous checkpoint and latest_checkpointed_iteration.txt "
+                               "are untouched";
+      if (core.checkpoint.exit_on_save_failure) {
+        throw CheckpointSaveError(what + " ([checkpoint] exit_on_save_failure = true)");
+      }
+      log.error("{}; training goes on ([checkpoint] exit_on_save_failure = true would stop)", what);
+      unsaved = what;
+    }
+  };
 
   while (t.iteration < t.train_iters) {
     const BatchSizes sizes = t.batches->at(t.consumed_train);
@@ -318,16 +367,20 @@ TrainSummary Trainer::run() {
       for (auto& p : opt_params)
         be.scale(p->grad, 1.0 / static_cast<double>(scale));
     }
+    if (injected_nan.count(t.iteration + 1) && opt_params.size() > 0) {
+      be.fill(opt_params[0].grad, std::numeric_limits<double>::quiet_NaN());
+    }
     double grad_norm = global_grad_norm(be, opt_params, parallel, ddp.distributed());
     const bool found_inf = !std::isfinite(grad_norm);
-    bool skipped = false;
+    bool skipped = false, nan_skip = false;
     if (t.scaler) {
       t.scaler->update(found_inf);
       skipped = found_inf;
     } else if (found_inf || !std::isfinite(loss)) {
-      throw Error("NaN or Inf at iteration " + std::to_string(t.iteration + 1) + " (loss " +
-                  std::to_string(loss) + ", grad norm " + std::to_string(grad_norm) +
-                  "); the last saved checkpoint is intact");
+      // Megatron's check_for_nan_in_loss_and_grad, with a skip instead of an error: the weights
+      // and the optimizer state keep the last good step. Every rank sees the same global loss
+      // and norm, so all skip together.
+      skipped = nan_skip = true;
     }
     if (!skipped) {
       if (tc.clip_grad > 0) {
@@ -347,12 +400,22 @@ TrainSummary Trainer::run() {
     } else {
       ++t.skipped_iterations;
       ++interval_skipped;
-      if (!std::isfinite(loss)) ++interval_nan;
+      if (!std::isfinite(loss) || nan_skip) ++interval_nan;
       last_grad_norm.reset();
       bar.clear();
-      log.warn("iteration {}: gradient overflow, step skipped; loss scale now {}", t.iteration + 1,
-               static_cast<double>(t.scaler->scale()));  // exact: 2^32, not 4294967300
+      if (nan_skip) {
+        ++consecutive_nan;
+        log.warn(
+            "iteration {}: NaN or Inf (loss {}, grad norm {}), step skipped ({} in a row; "
+            "the run stops at max_skipped_nan_steps = {})",
+            t.iteration + 1, loss, grad_norm, consecutive_nan, tc.max_skipped_nan_steps);
+      } else {
+        log.warn("iteration {}: gradient overflow, step skipped; loss scale now {}",
+                 t.iteration + 1,
+                 static_cast<double>(t.scaler->scale()));  // exact: 2^32, not 4294967300
+      }
     }
+    if (!nan_skip) consecutive_nan = 0;
     t.consumed_train += sizes.running_global_batch_size;
     ++t.iteration;
     ++interval_iters;
@@ -400,22 +463,28 @@ TrainSummary Trainer::run() {
         t.iteration < t.train_iters) {
       report_eval(data::Split::kValid, EvalKind::periodic, t.consumed_valid);
     }
+    const bool nan_stop = consecutive_nan > 0 && consecutive_nan >= tc.max_skipped_nan_steps;
     const bool stop =
-        stop_requested() || (tc.exit_interval && t.iteration % *tc.exit_interval == 0);
+        nan_stop || stop_requested() || (tc.exit_interval && t.iteration % *tc.exit_interval == 0);
     const bool periodic =
         core.checkpoint.save_interval && t.iteration % *core.checkpoint.save_interval == 0;
-    if (!core.checkpoint.save.empty() && (periodic || stop)) {
+    if (!core.checkpoint.save.empty() && (periodic || stop)) save_now();
+    if (nan_stop) {
       bar.clear();
-      summary.last_checkpoint = t.save_checkpoint();
-      last_saved = t.iteration;
+      throw NumericalError(
+          "iteration " + std::to_string(t.iteration) +
+          ": NaN or Inf in the loss or gradient norm " + "for " + std::to_string(consecutive_nan) +
+          " consecutive iteration(s) " +
+          "([training] max_skipped_nan_steps = " + std::to_string(tc.max_skipped_nan_steps) +
+          "); the weights are those of iteration " + std::to_string(t.iteration - consecutive_nan) +
+          (last_saved == t.iteration      ? ", saved as iteration " + std::to_string(t.iteration)
+           : core.checkpoint.save.empty() ? std::string(", not saved (no [checkpoint] save)")
+                                          : std::string(", not saved (the save failed, above)")) +
+          ". Lower the learning rate, check the data, or enable clip_grad.");
     }
     // Fine-tuning: a checkpoint and the task's callback (accuracies) at every epoch's end.
     if (t.finetune && t.iteration % t.finetune->iterations_per_epoch == 0) {
-      if (!core.checkpoint.save.empty() && last_saved != t.iteration) {
-        bar.clear();
-        summary.last_checkpoint = t.save_checkpoint();
-        last_saved = t.iteration;
-      }
+      if (!core.checkpoint.save.empty() && last_saved != t.iteration) save_now();
       if (t.finetune->end_of_epoch) {
         bar.clear();
         t.finetune->end_of_epoch(t.iteration / t.finetune->iterations_per_epoch - 1);
@@ -431,12 +500,13 @@ TrainSummary Trainer::run() {
 
   bar.clear();
   if (!summary.interrupted && !t.finetune) {
-    if (!core.checkpoint.save.empty() && last_saved != t.iteration) {
-      summary.last_checkpoint = t.save_checkpoint();
-    }
+    if (!core.checkpoint.save.empty() && last_save_attempt != t.iteration) save_now();
     std::int64_t valid_position = t.consumed_valid, test_position = 0;
     report_eval(data::Split::kValid, EvalKind::final_validation, valid_position);
     report_eval(data::Split::kTest, EvalKind::final_test, test_position);
+  }
+  if (unsaved) {
+    throw CheckpointSaveError(*unsaved + "; the run ended without saving its last state");
   }
   summary.iteration = t.iteration;
   summary.consumed_samples = t.consumed_train;

@@ -7,5 +7,7 @@ Error::~Error() = default;
 ConfigError::~ConfigError() = default;
 PluginError::~PluginError() = default;
 UsageError::~UsageError() = default;
+NumericalError::~NumericalError() = default;
+CheckpointSaveError::~CheckpointSaveError() = default;
 
 }  // namespace megatron

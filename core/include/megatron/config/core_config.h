@@ -57,6 +57,8 @@ struct TrainingConfig {
   std::int64_t eval_interval = 1000;
   std::int64_t eval_iters = 100;
   std::optional<std::int64_t> exit_interval;
+  // Consecutive NaN/Inf steps skipped before the run saves and stops (0: the first stops it).
+  std::int64_t max_skipped_nan_steps = 10;
   bool bf16 = false;
   bool fp16 = false;
   std::optional<double> loss_scale;  // static scale; unset: dynamic with fp16, none with bf16
@@ -81,6 +83,9 @@ struct CheckpointConfig {
   bool finetune = false;
   bool no_load_optim = false;
   bool no_load_rng = false;
+  // A failed save (disk full, I/O error) stops the run; otherwise it is logged and training goes
+  // on (the previous checkpoint is untouched either way).
+  bool exit_on_save_failure = false;
 };
 
 struct LoggingConfig {
