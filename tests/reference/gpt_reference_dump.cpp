@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gpt_model.h"
+#include "lm_reference_dump.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 
@@ -61,33 +62,9 @@ int main(int argc, char** argv) {
     model.build(info);
 
     std::mt19937 rng(42);
-    std::vector<std::int32_t> tokens(batch * seq), labels(batch * seq);
-    std::vector<float> mask(batch * seq);
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = static_cast<std::int32_t>(rng() % vocab);
-      labels[i] = static_cast<std::int32_t>(rng() % vocab);
-      mask[i] = i % 5 == 3 ? 0.0f : 1.0f;
-    }
-    Batch b;
-    b.set("tokens", Tensor::from(tokens, {batch, seq}));
-    b.set("labels", Tensor::from(labels, {batch, seq}));
-    b.set("loss_mask", Tensor::from(mask, {batch, seq}));
-
-    checkpoint::CheckpointState state;
-    for (auto& p : model.parameters())
-      state.tensors["model/" + p->name] = p->value.clone();
+    const Batch b = reference::random_lm_batch(vocab, batch, seq, 5, rng);
+    checkpoint::CheckpointState state = reference::lm_reference_state(model, b);
     state.tensors["reference/logits"] = model.logits(b);
-    StepOptions o;
-    o.training = false;
-    const StepResult r = model.step(b, o);
-    const LossTerm* lm = r.find("lm loss");
-    if (!lm) throw Error("GPT returned no \"lm loss\"");
-    state.tensors["reference/loss"] = Tensor::from(std::vector<double>{lm->sum / lm->count}, {1});
-    for (auto& p : model.parameters())
-      state.tensors["reference/grad/" + p->name] = p->grad;
-    state.tensors["reference/tokens"] = b["tokens"];
-    state.tensors["reference/labels"] = b["labels"];
-    state.tensors["reference/loss_mask"] = b["loss_mask"];
     std::cout << checkpoint::save_checkpoint(argv[1], state).string() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "gpt_reference_dump: " << e.what() << "\n";
