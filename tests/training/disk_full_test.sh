@@ -18,8 +18,12 @@ before=$(md5sum "$save/iter_0000004.h5" | cut -d' ' -f1)
 size_kb=$(( $(stat -c %s "$save/iter_0000004.h5") / 1024 ))
 limit=$(( size_kb / 4 ))  # room for logs, not for a checkpoint
 
+# HDF5 cannot free a file whose final flush failed (H5Fclose fails and keeps its caches), so a
+# sanitizer build would report those allocations as leaks at exit; only these runs skip the check.
 limited() {  # run_tiny with files limited to $limit KiB
-  ( trap '' XFSZ; ulimit -f "$limit"; run_tiny "$@" )
+  ( trap '' XFSZ; ulimit -f "$limit"
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+    run_tiny "$@" )
 }
 check_untouched() {
   [ "$(cat "$save/latest_checkpointed_iteration.txt")" = 4 ] || fail "$1: the marker moved"
