@@ -85,6 +85,8 @@ int main(std::vector<std::string> args) {
     exit_code = 3, message = e.what();
   } catch (const CheckpointSaveError& e) {
     exit_code = 4, message = e.what();
+  } catch (const CheckpointDamagedError& e) {
+    exit_code = 5, message = e.what();
   } catch (const Error& e) {
     exit_code = 1, message = e.what();
   } catch (const std::exception& e) {

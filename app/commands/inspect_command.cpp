@@ -29,6 +29,7 @@ struct InspectOptions {
   std::string diff;
   std::int64_t limit = 20;
   bool config = false;
+  bool verify = false;
 };
 
 struct Stats {
@@ -205,6 +206,28 @@ void print_tensor(const CheckpointState& state, const std::string& wanted, std::
   }
 }
 
+// The --verify report: 0 when every tensor passed its checksum, 1 when any did not.
+int print_verification(const checkpoint::VerifyReport& report) {
+  for (const std::string& damage : report.damaged)
+    std::cout << "DAMAGED: " << damage << "\n";
+  for (const std::string& name : report.unchecked)
+    std::cout << "unchecked: '" << name << "' was saved without a checksum (an older file)\n";
+  const std::string read =
+      fmt::format("{} tensors, {:.1f} MiB", report.tensors, double(report.bytes) / double(1 << 20));
+  if (report.intact()) {
+    std::cout << report.file.string() << " (iteration " << report.iteration << "): " << read
+              << (report.unchecked.empty() ? ", every chunk matches its checksum"
+                                           : ", readable; the tensors above are unverified")
+              << "\n";
+    return 0;
+  }
+  std::cout.flush();
+  std::cerr << "megatron-app: error: " << report.file.string()
+            << " is damaged: " << report.damaged.size() << " of " << report.tensors
+            << " tensors fail their checksums; do not train from it\n";
+  return 1;
+}
+
 InspectOptions parse_options(const std::vector<std::string>& args, bool& help,
                              po::options_description& visible) {
   InspectOptions o;
@@ -216,6 +239,8 @@ InspectOptions parse_options(const std::vector<std::string>& args, bool& help,
       ("limit", po::value(&o.limit)->default_value(20)->value_name("N"),                         //
        "--tensor prints the first N values (0: all)")                                            //
       ("config", po::bool_switch(&o.config), "print the whole stored config, not just [model]")  //
+      ("verify", po::bool_switch(&o.verify),                                                     //
+       "read every tensor and check it against its checksum; exit code 0 intact, 1 damaged")     //
       ("help,h", "show this help");
   po::options_description all;
   all.add(visible).add_options()("path", po::value(&o.path), "checkpoint");
@@ -230,8 +255,8 @@ InspectOptions parse_options(const std::vector<std::string>& args, bool& help,
   }
   if (o.limit < 0)
     throw UsageError("megatron-app inspect: --limit must be >= 0, got " + std::to_string(o.limit));
-  if (!o.tensor.empty() && !o.diff.empty()) {
-    throw UsageError("megatron-app inspect: give either --tensor or --diff, not both");
+  if (int(!o.tensor.empty()) + int(!o.diff.empty()) + int(o.verify) > 1) {
+    throw UsageError("megatron-app inspect: give one of --tensor, --diff and --verify");
   }
   return o;
 }
@@ -240,12 +265,14 @@ InspectOptions parse_options(const std::vector<std::string>& args, bool& help,
 
 int run_inspect(MpiRuntime& runtime, const std::vector<std::string>& args) {
   po::options_description visible(
-      "megatron-app inspect PATH [--tensor NAME] [--diff OTHER] [--limit N] [--config]\n"
+      "megatron-app inspect PATH [--tensor NAME | --diff OTHER | --verify] [--limit N] [--config]\n"
       "Shows a checkpoint (an iter_XXXXXXX.h5 file, or a directory's latest): iteration, consumed\n"
       "samples, the [model] part of its config, and for every tensor its shape, dtype, element\n"
       "count, min, max, mean, std and L2 norm, then the model's parameter count.\n"
       "With --diff, compares tensor by tensor and exits 0 when identical, 1 when they differ\n"
-      "(attribute and config differences are noted but do not count); 2 for bad input.\n\n"
+      "(attribute and config differences are noted but do not count); 2 for bad input.\n"
+      "With --verify, reads every tensor so each chunk is checked against the checksum written\n"
+      "at save; exits 0 when intact, 1 naming every damaged tensor.\n\n"
       "Options");
   bool help = false;
   const InspectOptions options = parse_options(args, help, visible);
@@ -259,6 +286,7 @@ int run_inspect(MpiRuntime& runtime, const std::vector<std::string>& args) {
   }
   try {
     const std::filesystem::path file = checkpoint::resolve_checkpoint(options.path);
+    if (options.verify) return print_verification(checkpoint::verify_checkpoint(file));
     const CheckpointState state = checkpoint::load_checkpoint(file);
     if (!options.diff.empty()) {
       const std::filesystem::path other_file = checkpoint::resolve_checkpoint(options.diff);
@@ -272,6 +300,11 @@ int run_inspect(MpiRuntime& runtime, const std::vector<std::string>& args) {
     }
   } catch (const UsageError&) {
     throw;
+  } catch (const CheckpointDamagedError& e) {
+    std::cout.flush();
+    std::cerr << "megatron-app: error: " << e.what()
+              << " (`megatron-app inspect --verify` lists every damaged tensor)" << std::endl;
+    return 2;
   } catch (const Error& e) {
     // A checkpoint that cannot be read is bad input here (exit 2, as diff does), not a failure.
     std::cout.flush();

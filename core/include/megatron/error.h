@@ -44,6 +44,13 @@ class CheckpointSaveError : public Error {
   ~CheckpointSaveError() override;
 };
 
+// A checkpoint whose stored data fails its checksums (or cannot be read back): the message names
+// the file and the tensor. Nothing is repaired or removed.
+class CheckpointDamagedError : public Error {
+ public:
+  using Error::Error;
+  ~CheckpointDamagedError() override;
+};
 // Bad command-line usage.
 class UsageError : public Error {
  public:

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -11,6 +12,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/hdf5_util.h"
 #include "megatron/checkpoint/checkpoint.h"
@@ -84,6 +87,32 @@ fs::path resolve_checkpoint(const fs::path& path) {
                 latest_marker(path).filename().string() + " (nothing saved there yet?)");
   }
   return checkpoint_file(path, *iteration);
+}
+
+std::vector<fs::path> checkpoints_from_latest(const fs::path& path) {
+  const fs::path latest = resolve_checkpoint(path);
+  std::error_code error;
+  if (!fs::is_directory(path, error)) return {latest};
+  const std::int64_t newest = *latest_iteration(path);
+  std::vector<std::pair<std::int64_t, fs::path>> older;
+  for (const auto& entry : fs::directory_iterator(path, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("iter_") || !name.ends_with(".h5") || !entry.is_regular_file(error))
+      continue;
+    std::int64_t iteration = -1;
+    const char* digits = name.data() + 5;
+    const char* end = name.data() + name.size() - 3;
+    const auto [stop, failed] = std::from_chars(digits, end, iteration);
+    if (failed == std::errc() && stop == end && iteration < newest &&
+        entry.path() == checkpoint_file(path, iteration)) {
+      older.emplace_back(iteration, entry.path());
+    }
+  }
+  std::sort(older.begin(), older.end(), std::greater<>());
+  std::vector<fs::path> files{latest};
+  for (auto& [iteration, file] : older)
+    files.push_back(std::move(file));
+  return files;
 }
 
 namespace detail {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/hdf5_util.h"
+#include "checkpoint/tensor_layout.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 
@@ -70,6 +71,24 @@ hid_t memory_type(DType dtype) {
   }
 }
 
+}  // namespace
+
+namespace detail {
+
+std::string damage_message(const std::string& name) {
+  std::string detail = hdf5_error_detail();
+  std::replace(detail.begin(), detail.end(), '\n', ' ');
+  const bool checksum = detail.find("Fletcher32") != std::string::npos;
+  return "tensor '" + name + "' is damaged: " +
+         (checksum ? "its data fails the checksum written when it was saved"
+                   : "its data cannot be read back") +
+         (detail.empty() ? "" : " (HDF5: " + detail + ")");
+}
+
+}  // namespace detail
+
+namespace {
+
 template <typename Half>
 Tensor narrow(const Tensor& wide, DType dtype) {
   Tensor out = Tensor::empty(wide.shape(), dtype);
@@ -89,17 +108,17 @@ Tensor read_tensor(hid_t dataset, const std::string& name) {
   const DType dtype = stored_dtype(type.get(), name);
   Shape shape;
   const H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
-  if (space_class == H5S_SIMPLE) {
+  if (space_class == H5S_SIMPLE && !detail::stored_scalar(dataset)) {
     std::vector<hsize_t> dims(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space.get())));
     H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
     shape.assign(dims.begin(), dims.end());
-  } else if (space_class != H5S_SCALAR) {
+  } else if (space_class != H5S_SCALAR && space_class != H5S_SIMPLE) {
     throw std::runtime_error("dataset '" + name + "' has no shape (a null dataspace)");
   }
   Tensor tensor = Tensor::empty(shape, dtype);
   if (tensor.numel() > 0 &&
       H5Dread(dataset, memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.raw_data()) < 0) {
-    throw std::runtime_error("cannot read dataset '" + name + "'" + hdf5_reason());
+    throw CheckpointDamagedError(detail::damage_message(name));
   }
   const std::optional<std::string> original = detail::read_string_attribute(dataset, "dtype");
   if (!original) return tensor;
@@ -228,6 +247,8 @@ CheckpointState load_checkpoint(const fs::path& path,
   const std::string where = o.file.string() + ": ";
   try {
     read_tensors(o.root.get(), where, skip_prefixes, o.state);
+  } catch (const CheckpointDamagedError& e) {
+    throw CheckpointDamagedError("checkpoint " + where + e.what());
   } catch (const Error&) {
     throw;
   } catch (const std::runtime_error& e) {
@@ -278,6 +299,7 @@ Shape CheckpointReader::shape(const std::string& name) const {
     throw Error("checkpoint " + file_.string() + ": cannot open tensor '" + name + "'" +
                 hdf5_reason());
   }
+  if (detail::stored_scalar(dataset.get())) return {};
   std::vector<hsize_t> dims(
       static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
@@ -338,7 +360,8 @@ void CheckpointReader::read_slice(const std::string& name, int partition_dim,
   const hid_t fil = memory_space.valid() ? file_space.get() : H5S_ALL;
   if (H5Dread(dataset.get(), memory_type(target.dtype()), mem, fil, H5P_DEFAULT,
               target.raw_data()) < 0) {
-    throw Error(where + "cannot read it" + hdf5_reason());
+    throw CheckpointDamagedError("checkpoint " + file_.string() + ": " +
+                                 detail::damage_message(name));
   }
   if (half) {
     Tensor narrowed = out.dtype() == DType::bf16 ? narrow<bf16>(target, DType::bf16)

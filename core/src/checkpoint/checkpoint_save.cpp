@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_io.h"
+#include "checkpoint/tensor_layout.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 
@@ -29,16 +30,15 @@ void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
   const Tensor data = stored_form(tensor);
   const StoredTypes types = stored_types(tensor.dtype());
 
-  std::vector<hsize_t> dims(tensor.shape().begin(), tensor.shape().end());
-  Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
-                            : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
-               H5Sclose);
+  const std::vector<hsize_t> dims = detail::stored_dims(tensor.shape());
+  Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   if (!space.valid()) {
     throw Error("cannot store tensor '" + name + "' of shape " + shape_str(tensor.shape()) +
                 hdf5_reason());
   }
+  Handle dcpl = detail::tensor_creation_properties(dims, H5Tget_size(types.file));
   Handle dataset(H5Dcreate2(file, name.c_str(), types.file, space.get(), link_properties,
-                            H5P_DEFAULT, H5P_DEFAULT),
+                            dcpl.get(), H5P_DEFAULT),
                  H5Dclose);
   if (!dataset.valid()) {
     throw Error("cannot create dataset '" + name + "' " + shape_str(tensor.shape()) +
@@ -48,6 +48,7 @@ void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
       H5Dwrite(dataset.get(), types.memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.raw_data()) < 0) {
     throw Error("cannot write dataset '" + name + "'" + hdf5_reason());
   }
+  detail::write_layout_attributes(dataset.get(), tensor.shape());
   if (tensor.dtype() == DType::bf16 || tensor.dtype() == DType::f16) {
     detail::write_string_attribute(dataset.get(), "dtype", std::string(dtype_name(tensor.dtype())));
   }

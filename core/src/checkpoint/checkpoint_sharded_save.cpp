@@ -8,6 +8,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_io.h"
+#include "checkpoint/tensor_layout.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 #include "parallel/mpi_communicator.h"
@@ -102,14 +103,11 @@ Handle file_access(Communicator& world) {
 
 Handle create_dataset(hid_t file, hid_t link_properties, const std::string& name,
                       const Declared& d) {
-  std::vector<hsize_t> dims(d.shape.begin(), d.shape.end());
-  Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
-                            : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
-               H5Sclose);
+  const std::vector<hsize_t> dims = detail::stored_dims(d.shape);
+  Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   const detail::StoredTypes types = detail::stored_types(d.dtype);
   // Every element is written by exactly one rank, so HDF5 need not write fill values first.
-  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (dcpl.valid()) H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  Handle dcpl = detail::tensor_creation_properties(dims, H5Tget_size(types.file));
   Handle dataset(space.valid() ? H5Dcreate2(file, name.c_str(), types.file, space.get(),
                                             link_properties, dcpl.get(), H5P_DEFAULT)
                                : H5I_INVALID_HID,
@@ -117,6 +115,7 @@ Handle create_dataset(hid_t file, hid_t link_properties, const std::string& name
   if (!dataset.valid()) {
     throw Error("cannot create dataset '" + name + "' " + shape_str(d.shape) + hdf5_reason());
   }
+  detail::write_layout_attributes(dataset.get(), d.shape);
   if (d.dtype == DType::bf16 || d.dtype == DType::f16) {
     detail::write_string_attribute(dataset.get(), "dtype", std::string(dtype_name(d.dtype)));
   }
@@ -145,42 +144,76 @@ Shape slice_shape(const std::string& name, const TensorSlice& s) {
   return shape;
 }
 
-// Writes through the handle every rank opened at creation (opening again on the writing ranks
-// only would be a metadata read some ranks skip).
-void write_slice(hid_t dataset, const std::string& name, const TensorSlice& s) {
-  const Shape local_shape = slice_shape(name, s);
-  if (s.local.shape() != local_shape) {
-    throw Error("tensor '" + name + "': this rank's part is " + shape_str(s.local.shape()) +
-                ", expected " + shape_str(local_shape));
+// Dataset transfer properties: collective under MPI, because HDF5 writes checksummed (filtered)
+// chunks only collectively; it merges the pieces several ranks give one chunk.
+Handle transfer_properties([[maybe_unused]] bool collective) {
+  Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (!dxpl.valid()) throw Error("cannot set up dataset transfer properties" + hdf5_reason());
+#ifdef H5_HAVE_PARALLEL
+  if (collective && H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE) < 0) {
+    throw Error("cannot set up collective transfers" + hdf5_reason());
   }
-  const Tensor data = detail::stored_form(s.local);
-  if (data.numel() == 0) return;
+#endif
+  return dxpl;
+}
+
+// Writes this rank's part of one dataset (nothing when `s` is null) through the handle every
+// rank opened at creation. In a collective transfer every rank calls H5Dwrite for every dataset
+// in the same order, those with nothing to give selecting none, so this calls it whatever
+// happens and returns what went wrong instead of throwing.
+std::string write_slice(hid_t dataset, const std::string& name, const Declared& declared,
+                        const TensorSlice* s, hid_t transfer, bool collective) {
+  std::string problem;
+  Tensor data;
   Handle file_space(H5Dget_space(dataset), H5Sclose);
   Handle memory_space;
-  if (s.partition_dim >= 0) {
-    std::vector<hsize_t> start(s.global_shape.size(), 0),
-        count(s.global_shape.begin(), s.global_shape.end());
-    bool first = true;
-    for (const ShardRun& run : s.runs) {
-      if (run.length == 0) continue;
-      start[static_cast<std::size_t>(s.partition_dim)] = static_cast<hsize_t>(run.global_offset);
-      count[static_cast<std::size_t>(s.partition_dim)] = static_cast<hsize_t>(run.length);
-      if (H5Sselect_hyperslab(file_space.get(), first ? H5S_SELECT_SET : H5S_SELECT_OR,
-                              start.data(), nullptr, count.data(), nullptr) < 0) {
-        throw Error("cannot select a slice of dataset '" + name + "'" + hdf5_reason());
+  if (s) {
+    try {
+      const Shape local_shape = slice_shape(name, *s);
+      if (s->local.shape() != local_shape) {
+        throw Error("tensor '" + name + "': this rank's part is " + shape_str(s->local.shape()) +
+                    ", expected " + shape_str(local_shape));
       }
-      first = false;
+      data = detail::stored_form(s->local);
+      if (s->partition_dim >= 0 && data.numel() > 0) {
+        std::vector<hsize_t> start(s->global_shape.size(), 0),
+            count(s->global_shape.begin(), s->global_shape.end());
+        bool first = true;
+        for (const ShardRun& run : s->runs) {
+          if (run.length == 0) continue;
+          start[static_cast<std::size_t>(s->partition_dim)] = hsize_t(run.global_offset);
+          count[static_cast<std::size_t>(s->partition_dim)] = hsize_t(run.length);
+          if (H5Sselect_hyperslab(file_space.get(), first ? H5S_SELECT_SET : H5S_SELECT_OR,
+                                  start.data(), nullptr, count.data(), nullptr) < 0) {
+            throw Error("cannot select a slice of dataset '" + name + "'" + hdf5_reason());
+          }
+          first = false;
+        }
+        const std::vector<hsize_t> dims(local_shape.begin(), local_shape.end());
+        memory_space = Handle(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+      } else if (data.numel() > 0) {
+        memory_space = Handle(H5Scopy(file_space.get()), H5Sclose);  // the whole dataset
+      }
+    } catch (const Error& e) {
+      problem = e.what();
     }
-    std::vector<hsize_t> dims(local_shape.begin(), local_shape.end());
-    memory_space = Handle(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   }
-  const hid_t mem = memory_space.valid() ? memory_space.get() : H5S_ALL;
-  const hid_t fil = memory_space.valid() ? file_space.get() : H5S_ALL;
-  // Independent transfers (the default): only ranks with something to write take part.
-  if (H5Dwrite(dataset, detail::stored_types(s.dtype).memory, mem, fil, H5P_DEFAULT,
-               data.raw_data()) < 0) {
-    throw Error("cannot write dataset '" + name + "'" + hdf5_reason());
+  const bool writes = problem.empty() && memory_space.valid();
+  if (!writes && !collective) return problem;
+  if (!writes) {
+    const hsize_t one = 1;
+    memory_space = Handle(H5Screate_simple(1, &one, nullptr), H5Sclose);
+    H5Sselect_none(memory_space.get());
+    H5Sselect_none(file_space.get());
   }
+  const float nothing = 0;
+  const void* buffer = writes ? data.raw_data() : &nothing;
+  if (H5Dwrite(dataset, detail::stored_types(declared.dtype).memory, memory_space.get(),
+               file_space.get(), transfer, buffer) < 0 &&
+      problem.empty()) {
+    problem = "cannot write dataset '" + name + "'" + hdf5_reason();
+  }
+  return problem;
 }
 
 }  // namespace
@@ -266,8 +299,15 @@ fs::path save_checkpoint_sharded(const fs::path& dir, const CheckpointState& sta
     }
     problem.clear();
     try {
-      for (const auto& [name, slice] : slices)
-        if (slice.write) write_slice(datasets.at(name).get(), name, slice);
+      const bool collective = world.size() > 1;
+      Handle transfer = transfer_properties(collective);
+      for (const auto& [name, declared] : manifest) {
+        const auto it = slices.find(name);
+        const TensorSlice* mine = it != slices.end() && it->second.write ? &it->second : nullptr;
+        std::string failed =
+            write_slice(datasets.at(name).get(), name, declared, mine, transfer.get(), collective);
+        if (problem.empty() && !failed.empty()) problem = partial.path().string() + ": " + failed;
+      }
     } catch (const Error& e) {
       problem = partial.path().string() + ": " + e.what();
     }

@@ -253,7 +253,10 @@ TableSchema checkpoint_schema() {
       .boolean("no_load_rng", false, "do not load the random-number-generator state")
       .boolean("exit_on_save_failure", false,
                "stop (exit code 4) when a checkpoint cannot be saved, e.g. the disk is full; "
-               "otherwise log it and train on");
+               "otherwise log it and train on")
+      .boolean("fallback_to_previous", false,
+               "when the latest checkpoint in `load` is damaged (fails its checksums), resume "
+               "from the newest intact one instead of stopping (exit code 5)");
   s.rule([](const ConfigTable& t) {
     if (t.has("save_interval") && !t.has("save")) {
       t.fail("save_interval", "save_interval is set but there is no `save` directory to save to");
@@ -404,6 +407,7 @@ CoreConfig make_core_config(const std::vector<ConfigTable>& tables) {
   c.checkpoint.no_load_optim = k.boolean("no_load_optim");
   c.checkpoint.no_load_rng = k.boolean("no_load_rng");
   c.checkpoint.exit_on_save_failure = k.boolean("exit_on_save_failure");
+  c.checkpoint.fallback_to_previous = k.boolean("fallback_to_previous");
 
   const auto& l = find_table(tables, "logging");
   c.logging.level = l.string("level");

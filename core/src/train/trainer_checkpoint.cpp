@@ -149,10 +149,49 @@ void Trainer::Impl::load_checkpoint() {
                       cc.load);
     return;
   }
+  const std::vector<std::filesystem::path> files = checkpoint::checkpoints_from_latest(dir);
+  Communicator& world = services.parallel.comm(Group::world);
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    std::string damage;
+    try {
+      load_checkpoint_file(files[i]);
+    } catch (const CheckpointDamagedError& e) {
+      damage = e.what();
+    }
+    // Each rank read only its own slices, so every rank learns whether any found damage and all
+    // move on (or stop) together. A failed read is the last thing of a load: no rank is left in
+    // a collective.
+    const std::int64_t first = world.all_reduce_value<std::int64_t>(
+        damage.empty() ? world.size() : world.rank(), ReduceOp::min);
+    if (first == world.size()) return;
+    if (damage.empty()) {
+      damage = "world rank " + std::to_string(first) + " found checkpoint " + files[i].string() +
+               " damaged (the tensor is named there)";
+    }
+    const bool older = i + 1 < files.size();
+    if (!cc.fallback_to_previous) {
+      throw CheckpointDamagedError(
+          damage + "; it is left as it is. " +
+          (older ? "Set [checkpoint] fallback_to_previous = true to resume from the newest intact "
+                   "checkpoint (" +
+                       files[i + 1].filename().string() + " is the next older)"
+                 : std::string("There is no older checkpoint in '" + cc.load + "'")));
+    }
+    if (!older) {
+      throw CheckpointDamagedError(damage + "; no older checkpoint in '" + cc.load +
+                                   "' to fall back to");
+    }
+    services.log.warn("{}; falling back to {} ([checkpoint] fallback_to_previous)", damage,
+                      files[i + 1].string());
+  }
+}
+
+void Trainer::Impl::load_checkpoint_file(const std::filesystem::path& path) {
+  const config::CheckpointConfig& cc = services.core.checkpoint;
   const bool weights_only = cc.finetune;
   // The weights through the public loader (no tensor may differ), then what resuming adds.
   const PretrainedReport loaded =
-      load_pretrained(dir, model.parameters(), services.parallel, {}, services.log);
+      load_pretrained(path, model.parameters(), services.parallel, {}, services.log);
   const checkpoint::CheckpointReader reader(loaded.file);
   const std::string file = reader.file().string();
   const checkpoint::CheckpointState& s = reader.attributes();

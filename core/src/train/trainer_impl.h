@@ -1,6 +1,7 @@
 // Trainer internals shared by the loop and its checkpoint code.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 
 #include "grad_buffer.h"
@@ -41,7 +42,9 @@ struct Trainer::Impl {
 
   // Checkpoint I/O (trainer_checkpoint.cpp).
   std::string save_checkpoint();
+  // Resumes from [checkpoint] load (falling back past damaged checkpoints when configured).
   void load_checkpoint();
+  void load_checkpoint_file(const std::filesystem::path& path);
 
   // Micro-batch k of the global batch that starts at sample `position` of `split`, as this
   // data-parallel rank reads it.

@@ -9,5 +9,6 @@ PluginError::~PluginError() = default;
 UsageError::~UsageError() = default;
 NumericalError::~NumericalError() = default;
 CheckpointSaveError::~CheckpointSaveError() = default;
+CheckpointDamagedError::~CheckpointDamagedError() = default;
 
 }  // namespace megatron

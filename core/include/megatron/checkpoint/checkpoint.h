@@ -9,8 +9,10 @@
 //   CheckpointState::int_attributes[k] is the root attribute "int.<k>" (64-bit integer) and
 //   float_attributes[k] is "float.<k>" (IEEE double), so both round-trip bit for bit.
 //   A tensor "a/b/c" is dataset c in group /a/b (names may contain dots, e.g.
-//   /model/decoder.layers.0.mlp.linear_fc1.weight), of the tensor's shape (a scalar for rank 0),
-//   contiguous layout, no filters. f32, f64, i32, i64 and u8 are stored natively (little endian);
+//   /model/decoder.layers.0.mlp.linear_fc1.weight), of the tensor's shape (a scalar as [1] with
+//   attribute `scalar` = 1), chunked with HDF5's Fletcher32 checksum on every chunk (Note
+//   [Checksums] in core/src/checkpoint/tensor_layout.h; files written before checksums, contiguous
+//   without filters, still load). f32, f64, i32, i64 and u8 are stored natively (little endian);
 //   bf16 and f16 are stored as f32 (exact) with a string attribute `dtype` = "bfloat16" or
 //   "float16", and converted back on load (values are exact; an f16 NaN comes back as the
 //   canonical quiet NaN, a bf16 signalling NaN as quiet).
@@ -76,6 +78,11 @@ std::filesystem::path latest_marker(const std::filesystem::path& dir);
 // marker, a malformed marker or a marker naming a missing file.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
 
+// The checkpoints a resume may try, newest first: for a file just itself; for a directory its
+// latest (as resolve_checkpoint) and then every older iter_XXXXXXX.h5 in it by falling iteration.
+// Throws as resolve_checkpoint does.
+std::vector<std::filesystem::path> checkpoints_from_latest(const std::filesystem::path& path);
+
 // Writes the checkpoint of state.iteration into `dir` (created if missing) and then updates the
 // latest marker; returns the file written. Throws megatron::Error naming the path on failure,
 // leaving any earlier checkpoint untouched (tensors are checked before anything is written).
@@ -89,9 +96,29 @@ std::optional<std::int64_t> latest_iteration(const std::filesystem::path& dir);
 // Reads a checkpoint file (or, for a directory, its latest). Tensors whose path starts with one
 // of `skip_prefixes` (e.g. "optimizer/") are not read. Throws megatron::Error naming the file and
 // what is wrong for a missing file, a file that is not HDF5 or not a megatron-app checkpoint, a
-// newer format version, or a truncated or corrupt file.
+// newer format version, or a truncated or corrupt file; a tensor whose data fails its checksum
+// throws megatron::CheckpointDamagedError naming the file and the tensor.
 CheckpointState load_checkpoint(const std::filesystem::path& path,
                                 const std::vector<std::string>& skip_prefixes = {});
+
+// What verify_checkpoint found in one file.
+struct VerifyReport {
+  std::filesystem::path file;
+  std::int64_t iteration = 0;
+  std::int64_t tensors = 0;  // datasets read
+  std::int64_t bytes = 0;    // their stored size
+  // One message per damaged tensor, naming it (see Note [Checksums] in tensor_layout.h).
+  std::vector<std::string> damaged;
+  // Tensors stored without checksums (written before checkpoints carried them): read, unverified.
+  std::vector<std::string> unchecked;
+  bool intact() const { return damaged.empty(); }
+};
+
+// Reads every tensor of a checkpoint file (or a directory's latest) in pieces of bounded size,
+// which makes HDF5 check every chunk against the checksum written at save. A file that does not
+// open as a checkpoint throws megatron::Error as load_checkpoint does; damaged tensors are
+// reported, not thrown.
+VerifyReport verify_checkpoint(const std::filesystem::path& path);
 
 // This rank's part of one tensor of a sharded save (see Note [Sharded checkpoints]).
 struct TensorSlice {
@@ -136,7 +163,7 @@ class CheckpointReader {
   // Reads the runs along partition_dim (-1: the whole tensor) of tensor `name` into `out`, a
   // contiguous host tensor of the slice's shape, converting to out's dtype. Throws megatron::Error
   // naming the file and tensor when it is missing, the slice is out of range or `out` does not
-  // match.
+  // match; megatron::CheckpointDamagedError when a chunk it reads fails its checksum.
   void read_slice(const std::string& name, int partition_dim, const std::vector<ShardRun>& runs,
                   Tensor& out) const;
 

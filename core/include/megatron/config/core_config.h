@@ -86,6 +86,9 @@ struct CheckpointConfig {
   // A failed save (disk full, I/O error) stops the run; otherwise it is logged and training goes
   // on (the previous checkpoint is untouched either way).
   bool exit_on_save_failure = false;
+  // Resuming from a directory whose latest checkpoint is damaged loads the newest intact one
+  // (logged); otherwise the run stops with CheckpointDamagedError.
+  bool fallback_to_previous = false;
 };
 
 struct LoggingConfig {
