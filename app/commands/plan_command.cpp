@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "commands/commands.h"
+#include "commands/run_plan.h"
 #include "megatron/error.h"
 #include "megatron/model.h"
 #include "megatron/tokenizer/tokenizer.h"
@@ -27,39 +28,6 @@ std::string thousands(std::int64_t n) {
   for (std::size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
     out += digits[i];
-  }
-  return out;
-}
-
-// What the planned model is built from, read from the [data] table's tokenizer and sequence keys
-// without opening any data file (the planned job's data need not be on this machine).
-struct PlannedData {
-  std::int64_t vocab = 0, seq = 0;
-  SampleSpec fields;  // the per-sample shapes a model needs besides seq_length (T5's decoder)
-};
-
-PlannedData planned_data(const Session& session) {
-  if (!session.selected_for("data")) {
-    throw UsageError("plan: the config needs a [data] table (for seq_length and the tokenizer)");
-  }
-  const config::ConfigTable& data = session.config.table("data");
-  // T5's datasets call the encoder length encoder_seq_length (Megatron accepts either).
-  const char* seq_key = data.has("seq_length") ? "seq_length" : "encoder_seq_length";
-  if (!data.has(seq_key) || !data.has("tokenizer_type")) {
-    throw UsageError(
-        "plan: [data] must give seq_length (or encoder_seq_length) and tokenizer_type");
-  }
-  TokenizerFiles files;
-  if (data.has("vocab_file")) files.vocab_file = data.string("vocab_file");
-  if (data.has("merge_file")) files.merge_file = data.string("merge_file");
-  if (data.has("tokenizer_model")) files.tokenizer_model = data.string("tokenizer_model");
-  if (data.has("vocab_extra_ids")) files.vocab_extra_ids = data.integer("vocab_extra_ids");
-  const auto tokenizer = make_tokenizer(data.string("tokenizer_type"), files);
-  PlannedData out{static_cast<std::int64_t>(tokenizer->vocab_size()), data.integer(seq_key), {}};
-  // An encoder-decoder dataset's decoder tokens, as the t5 dataset declares them.
-  if (data.has("decoder_seq_length")) {
-    out.fields.push_back(
-        {"text_dec", DType::i32, {data.integer("decoder_seq_length")}, FieldKind::token_ids});
   }
   return out;
 }
@@ -85,58 +53,10 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
 
   Session session = open_session(runtime, common, {});
   const config::CoreConfig& core = session.config.core();
-  const PlannedData planned = planned_data(session);
-  ParallelState single = ParallelState::create(runtime, ParallelSizes{});
-  // The model is built once per pipeline stage, as that stage's ranks build it, on the meta
-  // device: each stage's parameters are what the model declares there (tied copies included).
-  ModelBuildInfo info;
-  info.vocab_size = planned.vocab;
-  info.seq_length = planned.seq;
-  info.sample_fields = planned.fields;
-  info.device = Device::meta();
-  // Built as one tensor-parallel rank sees it, so the vocabulary is padded to a multiple of
-  // make_vocab_size_divisible_by x TP exactly as in training (Megatron: 50257 -> 51200 at TP 8).
-  info.tp_size = core.parallel.tensor_model_parallel_size;
-  info.sequence_parallel = core.parallel.sequence_parallel;
-  auto model = create_plugin<Model>(session, single, "model", "megatron::Model", "type = \"gpt\"");
-  model->build(info);
-  const ModelDimensions dims = model->dimensions();
-  const train::PipelineLayout placement = train::pipeline_layout(core.parallel, dims);
-  std::vector<std::unique_ptr<Model>> stage_models;
-  std::vector<train::StageParameters> stages;
-  for (int s = 0; s < placement.pipeline_size; ++s) {
-    ModelBuildInfo stage = info;
-    stage.pipeline.rank = s;
-    stage.pipeline.size = placement.pipeline_size;
-    std::int64_t layers = 0;
-    for (int c = 0; c < placement.virtual_size; ++c) {
-      stage.pipeline.chunks.push_back(train::stage_layers(placement, s, c));
-      layers += stage.pipeline.chunks.back().count;
-    }
-    if (placement.pipeline_size == 1) {
-      stages.push_back({&model->parameters(), layers});
-      break;
-    }
-    stage_models.push_back(
-        create_plugin<Model>(session, single, "model", "megatron::Model", "type = \"gpt\""));
-    stage_models.back()->build(stage);
-    stages.push_back({&stage_models.back()->parameters(), layers});
-  }
-
-  const train::BatchSchedule batches =
-      train::BatchSchedule::from_config(core.training, data_parallel);
-  train::PlanLayout layout;
-  layout.tensor = core.parallel.tensor_model_parallel_size;
-  layout.pipeline = core.parallel.pipeline_model_parallel_size;
-  layout.data = data_parallel;
-  layout.micro_batch_size = batches.micro_batch_size();
-  layout.num_micro_batches = batches.at(1LL << 62, false).num_micro_batches;
-  layout.overlap_grad_reduce = core.ddp.overlap_grad_reduce;
-  layout.bucket_size = core.ddp.ddp_bucket_size;
-  layout.precision = core.training.bf16   ? train::Precision::bf16
-                     : core.training.fp16 ? train::Precision::fp16
-                                          : train::Precision::fp32;
-  const train::MemoryPlan plan = train::plan_memory(stages, dims, layout);
+  const RunPlan run = plan_run(session, runtime, core.parallel, data_parallel);
+  const Model* model = run.model.get();
+  const train::PlanLayout& layout = run.layout;
+  const train::MemoryPlan& plan = run.memory;
 
   const char* precision = core.training.bf16 ? "bf16" : core.training.fp16 ? "fp16" : "fp32";
   const std::int64_t world =
@@ -146,7 +66,7 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
       "layout: tensor {} x pipeline {} x data {} = {} ranks; micro batch {}, global batch {} "
       "({} micro-batches per rank); {}\n",
       layout.tensor, layout.pipeline, layout.data, world, layout.micro_batch_size,
-      batches.global_batch_size(), layout.num_micro_batches, precision);
+      run.global_batch_size, layout.num_micro_batches, precision);
   std::cout << "total parameters: " << thousands(plan.total_parameters) << "\n";
   std::cout << "parameters per rank (one tensor-parallel rank of each pipeline stage):\n";
   for (const auto& s : plan.stages) {
@@ -172,9 +92,15 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
       "  no recomputation: {}\n  selective recomputation: {}\n  full recomputation: {}\n",
       train::format_bytes(plan.activations_no_recompute),
       train::format_bytes(plan.activations_selective), train::format_bytes(plan.activations_full));
+  std::cout << fmt::format(
+      "memory per rank for this config (what training checks before it starts; [ddp] "
+      "use_distributed_optimizer = {}, [model] recompute_granularity, {} activations): {}\n",
+      core.ddp.use_distributed_optimizer,
+      layout.precision == train::Precision::fp32 ? "fp32" : "16-bit",
+      train::format_bytes(needed_bytes_per_rank(run, session)));
   std::cout << fmt::format("model FLOPs per iteration (global batch {}): {:.4e}\n",
-                           batches.global_batch_size(),
-                           model->flops_per_iteration(batches.global_batch_size()));
+                           run.global_batch_size,
+                           model->flops_per_iteration(run.global_batch_size));
   return 0;
 }
 

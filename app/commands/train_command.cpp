@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "commands/commands.h"
+#include "commands/memory_preflight.h"
 #include "megatron/backend/backend.h"
 #include "megatron/dataset.h"
 #include "megatron/error.h"
@@ -63,7 +64,10 @@ int run_task(Session& session, ParallelState& parallel, const SelectedPlugin& ta
   return 0;
 }
 
-int run_training(Session& session, ParallelState& parallel) {
+int run_training(Session& session, ParallelState& parallel, MpiRuntime& runtime,
+                 const std::string& config_file) {
+  // Before any dataset index or parameter is allocated.
+  check_memory(session, runtime, config_file);
   auto dataset =
       create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset", "type = \"gpt\"");
   auto model =
@@ -116,7 +120,9 @@ int run_train(MpiRuntime& runtime, const std::vector<std::string>& args) {
   if (const SelectedPlugin* task = session.selected_for("task")) {
     return run_task(session, parallel, *task);
   }
-  if (session.selected_for("model")) return run_training(session, parallel);
+  if (session.selected_for("model")) {
+    return run_training(session, parallel, runtime, common.config_file);
+  }
   throw UsageError(
       "nothing to run: the config has no [task] table and no [model] table (see "
       "`megatron-app plugins` for what is available)");

@@ -282,7 +282,10 @@ TableSchema runtime_schema() {
   TableSchema s("runtime", "threads and device");
   s.integer("threads", 0, "compute threads per rank; 0: OMP_NUM_THREADS or every core",
             Range::between(0, 1024))
-      .string("device", "cpu", "cpu, cuda (this rank's local GPU) or cuda:N");
+      .string("device", "cpu", "cpu, cuda (this rank's local GPU) or cuda:N")
+      .boolean("skip_memory_check", false,
+               "start training without comparing the memory `plan` computes per rank with the "
+               "memory this rank can use");
   s.rule([](const ConfigTable& t) {
     const std::string& device = t.string("device");
     bool valid = true;
@@ -418,6 +421,7 @@ CoreConfig make_core_config(const std::vector<ConfigTable>& tables) {
   const auto& r = find_table(tables, "runtime");
   c.runtime.threads = static_cast<int>(r.integer("threads"));
   c.runtime.device = r.string("device");
+  c.runtime.skip_memory_check = r.boolean("skip_memory_check");
 
   c.plugins.paths = find_table(tables, "plugins").string_list("paths");
   return c;

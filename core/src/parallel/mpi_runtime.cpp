@@ -98,6 +98,7 @@ MpiRuntime::MpiRuntime(Mode mode) {
   MPI_Comm node = MPI_COMM_NULL;
   rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(node, &local_rank_);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, &local_size_);
   if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
   if (rc != MPI_SUCCESS && finalize_) MPI_Finalize();
   detail::check_mpi(rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");

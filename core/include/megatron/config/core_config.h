@@ -101,6 +101,8 @@ struct LoggingConfig {
 struct RuntimeConfig {
   int threads = 0;  // 0: OMP_NUM_THREADS if set, else every core
   std::string device = "cpu";
+  // Training starts without comparing the plan's memory per rank with what the rank may use.
+  bool skip_memory_check = false;
 };
 
 struct PluginsConfig {

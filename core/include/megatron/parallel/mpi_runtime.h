@@ -32,6 +32,8 @@ class MpiRuntime {
   int world_rank() const { return world_rank_; }
   // This process's rank among those on the same node (0 without MPI).
   int local_rank() const { return local_rank_; }
+  // How many of the job's processes run on this node (1 without MPI).
+  int local_size() const { return local_size_; }
   // True when collectives go through MPI (world groups are MPI communicators).
   bool launched_by_mpi() const { return use_mpi_; }
   // The environment variable that revealed the launcher (e.g. "OMPI_COMM_WORLD_SIZE"), or empty.
@@ -50,6 +52,7 @@ class MpiRuntime {
   int world_size_ = 1;
   int world_rank_ = 0;
   int local_rank_ = 0;
+  int local_size_ = 1;
   std::string launcher_hint_;
 };
 

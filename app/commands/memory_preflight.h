@@ -1,0 +1,18 @@
+// The memory pre-flight of a training run: before datasets are built or parameters allocated,
+// each rank compares the memory `plan` computes for it with the memory it can use.
+#pragma once
+
+#include <string>
+
+#include "megatron/parallel/mpi_runtime.h"
+#include "session.h"
+
+namespace megatron::app {
+
+// Throws ConfigError (exit code 2) when this rank's planned need exceeds its host memory budget,
+// giving both figures and the smallest tensor x pipeline layout that would fit, as a `plan`
+// command line for `config_file`. [runtime] skip_memory_check turns it off. Device memory is not
+// checked (the weights of a cuda run live on the device; see the closing notes of issue 16).
+void check_memory(Session& session, MpiRuntime& runtime, const std::string& config_file);
+
+}  // namespace megatron::app
