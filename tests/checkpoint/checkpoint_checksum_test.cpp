@@ -16,10 +16,7 @@ using testing::bitwise_equal;
 using testing::TempDir;
 
 Tensor ramp(const Shape& shape) {
-  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(i) * 0.25f - 3.0f;
-  return Tensor::from(v, shape);
+  return testing::ramp(shape, 0.25f, -3.0f);
 }
 
 struct Chunk {

@@ -13,10 +13,7 @@ using testing::bitwise_equal;
 using testing::TempDir;
 
 Tensor iota(const Shape& shape) {
-  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(i) * 0.5f;
-  return Tensor::from(v, shape);
+  return testing::ramp(shape);
 }
 
 TensorSlice whole(const Tensor& t) {

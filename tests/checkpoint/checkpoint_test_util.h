@@ -42,6 +42,14 @@ inline std::string logical_bytes(const Tensor& t) {
   return out;
 }
 
+// An f32 tensor of `shape` holding i * step + offset at flat index i.
+inline Tensor ramp(const Shape& shape, float step = 0.5f, float offset = 0.0f) {
+  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(i) * step + offset;
+  return Tensor::from(v, shape);
+}
+
 // Same dtype, same shape, same bits.
 inline ::testing::AssertionResult bitwise_equal(const Tensor& expected, const Tensor& actual) {
   if (expected.dtype() != actual.dtype() || expected.shape() != actual.shape()) {
