@@ -6,7 +6,6 @@
 #include <fstream>
 #include <vector>
 
-#include "checkpoint/fletcher32.h"
 #include "checkpoint_test_util.h"
 
 namespace megatron::checkpoint {
@@ -138,52 +137,6 @@ TEST(CheckpointChecksum, FlippedBytesFailExactlyTheReadsThatTouchThem) {
   EXPECT_NE(report.damaged[0].find("tensor 'model/big' is damaged"), std::string::npos)
       << report.damaged[0];
   EXPECT_FALSE(report.intact());
-}
-
-// HDF5's H5_checksum_fletcher32 as HDF5 writes it: one word at a time, folded every 360 words.
-std::uint32_t reference_fletcher32(const std::uint8_t* data, std::size_t bytes) {
-  std::size_t len = bytes / 2;
-  std::uint32_t sum1 = 0, sum2 = 0;
-  while (len) {
-    std::size_t block = len > 360 ? 360 : len;
-    len -= block;
-    do {
-      sum1 += (std::uint32_t(data[0]) << 8) | std::uint32_t(data[1]);
-      data += 2;
-      sum2 += sum1;
-    } while (--block);
-    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
-  }
-  if (bytes % 2) {
-    sum1 += std::uint32_t(*data) << 8;
-    sum2 += sum1;
-    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
-  }
-  sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-  sum2 = (sum2 & 0xffff) + (sum2 >> 16);
-  return (sum2 << 16) | sum1;
-}
-
-TEST(CheckpointChecksum, FastFletcher32EqualsHdf5sLoopBitForBit) {
-  std::vector<std::uint8_t> bytes(3 << 20);
-  std::uint64_t state = 0x9e3779b97f4a7c15ull;
-  for (auto& b : bytes) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    b = static_cast<std::uint8_t>(state >> 56);
-  }
-  // Every length around the 8-word lanes and the 360-word blocks, then large ones.
-  for (std::size_t n = 0; n < 2000; ++n)
-    ASSERT_EQ(detail::fletcher32(bytes.data() + 1, n), reference_fletcher32(bytes.data() + 1, n))
-        << n << " bytes";
-  for (std::size_t n : {std::size_t(1) << 20, (std::size_t(3) << 20) - 3})
-    EXPECT_EQ(detail::fletcher32(bytes.data(), n), reference_fletcher32(bytes.data(), n));
-  // The sums' extremes: all 0xFF (largest words, most folding) and all zero.
-  std::vector<std::uint8_t> ones(100000, 0xFF), zeros(100000, 0);
-  EXPECT_EQ(detail::fletcher32(ones.data(), ones.size()),
-            reference_fletcher32(ones.data(), ones.size()));
-  EXPECT_EQ(detail::fletcher32(zeros.data(), zeros.size()), 0u);
 }
 
 TEST(CheckpointChecksum, ResumeCandidatesRunFromTheLatestDownward) {

@@ -1,7 +1,6 @@
 #!/usr/bin/python3
-"""Reads every dataset of an HDF5 file with h5py, whose HDF5 checks Fletcher32 with its own
-built-in filter: the checkpoints megatron-app writes (with its faster, bit-identical Fletcher32)
-must verify there too, and damaged ones must fail there too. Prints the datasets that fail to read;
+"""Reads every dataset of an HDF5 file with h5py, in another HDF5 library than megatron-app's:
+the checksums megatron-app writes must verify there too, and damaged tensors must fail there too. Prints the datasets that fail to read;
 exit code 0 when all read, 1 otherwise.   h5py_verify.py FILE"""
 import sys
 

@@ -10,7 +10,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "checkpoint/fletcher32.h"
 #include "megatron/error.h"
 
 namespace megatron::checkpoint::detail {
@@ -27,10 +26,8 @@ std::mutex& hdf5_mutex() {
 // crashes (H5F__close_cb) after the save already failed cleanly. Files are always closed by their
 // handles here, so that handler has nothing to do: it is turned off as the library loads, before
 // any other HDF5 call (H5dont_atexit's requirement).
-// The same moment registers the faster, bit-identical Fletcher32 (checkpoint/fletcher32.h).
 const bool kNoAtexitClose = [] {
   H5dont_atexit();
-  use_fast_fletcher32_filter();
   return true;
 }();
 
