@@ -21,20 +21,26 @@ run=("$app" --config "$root/configs/gpt_tiny.toml" --log-level warn
      --set checkpoint.save_interval=100 --set "data.data_cache_path=$work/cache"
      --set logging.log_interval=100)
 
-# Pass 1: uninterrupted, RSS sampled every second (kB, from /proc).
+# Pass 1: uninterrupted, RSS sampled every second (kB, from /proc). Warm-up ends after the first
+# validation (which follows the first save: HDF5 and the validation data allocate once) and not
+# before a tenth of the run.
 start=$(date +%s)
 "${run[@]}" --set "checkpoint.save=$work/straight" > "$work/straight.log" 2>&1 &
 pid=$!
+warm_sample=0
 while kill -0 "$pid" 2> /dev/null; do
   rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2> /dev/null || true)
   [ -n "$rss" ] && echo "$(($(date +%s) - start)) $rss" >> "$work/rss.txt"
+  if [ "$warm_sample" = 0 ] && grep -q "validation loss at iteration" "$work/straight.log"; then
+    warm_sample=$(wc -l < "$work/rss.txt")
+  fi
   sleep 1
 done
 wait "$pid" || fail "pass 1 exited with $?: $(tail -3 "$work/straight.log")"
 seconds=$(($(date +%s) - start))
-# Warm-up: the first tenth of the samples (data indices, first save, first validation).
-read -r warm peak last < <(awk '{ rss[NR] = $2 } END {
-    w = int(NR / 10) + 1; warm = rss[w]; peak = 0
+read -r warm peak last < <(awk -v first="$warm_sample" '{ rss[NR] = $2 } END {
+    w = int(NR / 10) + 1; if (first + 1 > w) w = first + 1; if (w > NR) w = NR
+    warm = rss[w]; peak = 0
     for (i = w; i <= NR; i++) if (rss[i] > peak) peak = rss[i]
     print warm, peak, rss[NR] }' "$work/rss.txt")
 growth=$(awk -v w="$warm" -v p="$peak" 'BEGIN { printf "%.2f", (p - w) * 100 / w }')

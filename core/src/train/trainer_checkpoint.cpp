@@ -149,6 +149,20 @@ void Trainer::Impl::load_checkpoint() {
                       cc.load);
     return;
   }
+  // The resume pattern (save = load, as Megatron's example scripts use) on its first launch: the
+  // directory the save will create does not exist yet. A load path that is not also the save
+  // path and does not exist stays an error below: most likely a typo.
+  if (!std::filesystem::exists(dir) && !cc.save.empty() &&
+      dir.lexically_normal() == std::filesystem::path(cc.save).lexically_normal()) {
+    services.log.warn("[checkpoint] load = '{}' does not exist yet; training from scratch",
+                      cc.load);
+    return;
+  }
+  if (!std::filesystem::exists(dir)) {
+    throw ConfigError("checkpoint.load: " + dir.string() +
+                      ": no such checkpoint file or directory (to resume from the save directory "
+                      "on a first launch, set load = save)");
+  }
   const std::vector<std::filesystem::path> files = checkpoint::checkpoints_from_latest(dir);
   Communicator& world = services.parallel.comm(Group::world);
   for (std::size_t i = 0; i < files.size(); ++i) {
