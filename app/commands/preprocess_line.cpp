@@ -83,7 +83,10 @@ EncodedLine encode_line(const std::string& line, const std::vector<std::string>&
   nlohmann::json record;
   try {
     record = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number beyond double's range (found by the fuzzer: it
+    // escaped as an exception that stopped the run). Python's json reads such a number as
+    // infinity, so Megatron keeps a line nlohmann refuses; here it is skipped as a bad line.
     std::string reason = e.what();
     if (const auto end = reason.find("] ");
         reason.starts_with("[json.exception") && end != std::string::npos)
