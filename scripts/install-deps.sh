@@ -24,6 +24,7 @@ test_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-h5py python3-torch python3-regex
   sentencepiece  # spm_encode / spm_train: the SentencePiece tokenizer tests' reference
+  clang libclang-rt-dev libomp-dev  # libFuzzer targets (fuzz/): clang, its fuzzer runtime, OpenMP
 )
 
 case "$profile" in

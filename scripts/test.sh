@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh clone: installs dependencies, builds, runs every test, then
-# rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests again there.
+# rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests again there, and
+# last runs every libFuzzer target for 30 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh test
@@ -22,3 +23,6 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0
 ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 900
+
+echo "== fuzzing: every libFuzzer target for 30 s (clang, ASan + UBSan)"
+FUZZ_BUILD=$PWD/build-fuzz FUZZ_WORK=$PWD/build-fuzz/work bash fuzz/run.sh 30
