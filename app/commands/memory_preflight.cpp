@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands/run_plan.h"
+#include "megatron/backend/cuda_status.h"
 #include "megatron/error.h"
 #include "megatron/train/host_memory.h"
 
@@ -55,9 +56,24 @@ std::optional<Candidate> smallest_fitting(Session& session, MpiRuntime& runtime,
   return std::nullopt;
 }
 
+// A CUDA rank's tensors live on its device: its free memory, shared by the node's ranks on it.
+// Host memory otherwise.
+train::MemoryBudget memory_budget(const Device& device, MpiRuntime& runtime) {
+  if (device.is_cuda()) {
+    if (const std::optional<CudaMemoryInfo> info = cuda_memory_info(device.index)) {
+      return train::device_memory_budget(
+          device.str(), info->free_bytes,
+          train::ranks_sharing_device(device.index, cuda_status().device_count,
+                                      runtime.local_size()));
+    }
+  }
+  return train::host_memory_budget(train::read_host_memory_facts(), runtime.local_size());
+}
+
 }  // namespace
 
-void check_memory(Session& session, MpiRuntime& runtime, const std::string& config_file) {
+void check_memory(Session& session, MpiRuntime& runtime, const Device& device,
+                  const std::string& config_file) {
   const config::CoreConfig& core = session.config.core();
   if (core.runtime.skip_memory_check) return;
   const config::ParallelConfig& parallel = core.parallel;
@@ -77,8 +93,7 @@ void check_memory(Session& session, MpiRuntime& runtime, const std::string& conf
   }
   const RunPlan& plan = *planned;
   const double need = needed_bytes_per_rank(plan, session);
-  const train::HostMemoryBudget budget =
-      train::host_memory_budget(train::read_host_memory_facts(), runtime.local_size());
+  const train::MemoryBudget budget = memory_budget(device, runtime);
   session.log->debug("memory pre-flight: this rank needs {}, may use {} ({})",
                      train::format_bytes(need), train::format_bytes(budget.rank_bytes),
                      budget.source.empty() ? "no limit known" : budget.source);
@@ -87,10 +102,11 @@ void check_memory(Session& session, MpiRuntime& runtime, const std::string& conf
   std::string message = fmt::format(
       "memory pre-flight: each rank of this run (tensor {} x pipeline {} x data {}) needs {} for "
       "weights, gradients, optimizer state and activations, as `megatron-app plan` computes it, "
-      "but this rank can use {} ({} {}, shared by {} rank(s) on this node). ",
+      "but this rank can use {} ({} {}, shared by {} rank(s) {}). ",
       parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size, data_parallel,
       train::format_bytes(need), train::format_bytes(budget.rank_bytes), budget.source,
-      train::format_bytes(budget.node_bytes), runtime.local_size());
+      train::format_bytes(budget.node_bytes), budget.sharing,
+      device.is_cuda() ? "using " + device.str() : std::string("on this node"));
   const std::optional<Candidate> fit =
       smallest_fitting(session, runtime, plan.dims.num_layers, data_parallel, budget.rank_bytes);
   if (fit) {

@@ -5,14 +5,16 @@
 #include <string>
 
 #include "megatron/parallel/mpi_runtime.h"
+#include "megatron/tensor/device.h"
 #include "session.h"
 
 namespace megatron::app {
 
-// Throws ConfigError (exit code 2) when this rank's planned need exceeds its host memory budget,
-// giving both figures and the smallest tensor x pipeline layout that would fit, as a `plan`
-// command line for `config_file`. [runtime] skip_memory_check turns it off. Device memory is not
-// checked (the weights of a cuda run live on the device; see the closing notes of issue 16).
-void check_memory(Session& session, MpiRuntime& runtime, const std::string& config_file);
+// Throws ConfigError (exit code 2) when this rank's planned need exceeds its memory budget (host
+// memory; for a CUDA `device`, the device's free memory), giving both figures and the smallest
+// tensor x pipeline layout that would fit, as a `plan` command line for `config_file`.
+// [runtime] skip_memory_check turns it off.
+void check_memory(Session& session, MpiRuntime& runtime, const Device& device,
+                  const std::string& config_file);
 
 }  // namespace megatron::app

@@ -67,7 +67,7 @@ int run_task(Session& session, ParallelState& parallel, const SelectedPlugin& ta
 int run_training(Session& session, ParallelState& parallel, MpiRuntime& runtime,
                  const std::string& config_file) {
   // Before any dataset index or parameter is allocated.
-  check_memory(session, runtime, config_file);
+  check_memory(session, runtime, parallel.device(), config_file);
   auto dataset =
       create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset", "type = \"gpt\"");
   auto model =

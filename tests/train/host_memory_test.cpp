@@ -1,8 +1,10 @@
 // The memory pre-flight's budget: the smallest of what the machine, the cgroup and the process's
-// limits allow, shared among the node's ranks; and the live facts of this machine are sane.
+// limits allow, shared among the node's ranks; a CUDA device's free memory shared among its
+// ranks; and the live facts of this machine are sane.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "megatron/train/host_memory.h"
 
@@ -14,7 +16,7 @@ constexpr double GiB = 1024.0 * 1024 * 1024;
 TEST(HostMemoryBudget, MemAvailableIsSharedAmongTheNodesRanks) {
   HostMemoryFacts f;
   f.mem_available = 24 * GiB;
-  const HostMemoryBudget b = host_memory_budget(f, 4);
+  const MemoryBudget b = host_memory_budget(f, 4);
   EXPECT_EQ(b.node_bytes, 24 * GiB);
   EXPECT_EQ(b.rank_bytes, 6 * GiB);
   EXPECT_EQ(b.source, "MemAvailable");
@@ -25,7 +27,7 @@ TEST(HostMemoryBudget, TheCgroupsRoomAndProcessLimitsBoundIt) {
   f.mem_available = 24 * GiB;
   f.cgroup_limit = 16 * GiB;
   f.cgroup_current = 4 * GiB;
-  HostMemoryBudget b = host_memory_budget(f, 2);
+  MemoryBudget b = host_memory_budget(f, 2);
   EXPECT_EQ(b.node_bytes, 12 * GiB);
   EXPECT_EQ(b.rank_bytes, 6 * GiB);
   EXPECT_EQ(b.source, "cgroup memory.max");
@@ -43,7 +45,7 @@ TEST(HostMemoryBudget, TheCgroupsRoomAndProcessLimitsBoundIt) {
 }
 
 TEST(HostMemoryBudget, NothingKnownMeansNoLimit) {
-  const HostMemoryBudget b = host_memory_budget(HostMemoryFacts{}, 1);
+  const MemoryBudget b = host_memory_budget(HostMemoryFacts{}, 1);
   EXPECT_TRUE(std::isinf(b.rank_bytes));
   EXPECT_TRUE(b.source.empty());
 }
@@ -52,9 +54,35 @@ TEST(HostMemoryBudget, ThisMachinesFactsAreSane) {
   const HostMemoryFacts f = read_host_memory_facts();
   ASSERT_TRUE(f.mem_available.has_value()) << "/proc/meminfo has no MemAvailable";
   EXPECT_GT(*f.mem_available, 0);
-  const HostMemoryBudget b = host_memory_budget(f, 1);
+  const MemoryBudget b = host_memory_budget(f, 1);
   EXPECT_GT(b.rank_bytes, 0);
   EXPECT_LE(b.rank_bytes, *f.mem_available);
+}
+
+TEST(DeviceMemoryBudget, RanksOfANodeShareDevicesRoundRobin) {
+  // local rank r uses device r % devices: 8 ranks on 8 GPUs one each, 8 on 2 four each, 3 on 2
+  // two on device 0 and one on device 1.
+  EXPECT_EQ(ranks_sharing_device(0, 8, 8), 1);
+  EXPECT_EQ(ranks_sharing_device(7, 8, 8), 1);
+  EXPECT_EQ(ranks_sharing_device(1, 2, 8), 4);
+  EXPECT_EQ(ranks_sharing_device(0, 2, 3), 2);
+  EXPECT_EQ(ranks_sharing_device(1, 2, 3), 1);
+  EXPECT_EQ(ranks_sharing_device(3, 4, 1), 1);  // cuda:3 named explicitly by a single rank
+  EXPECT_EQ(ranks_sharing_device(0, 0, 4), 1);
+}
+
+TEST(DeviceMemoryBudget, FreeMemoryIsSharedByTheDevicesRanks) {
+  unsetenv("MEGATRON_TEST_DEVICE_MEMORY");
+  MemoryBudget b = device_memory_budget("cuda:1", 78 * GiB, 2);
+  EXPECT_EQ(b.node_bytes, 78 * GiB);
+  EXPECT_EQ(b.rank_bytes, 39 * GiB);
+  EXPECT_EQ(b.sharing, 2);
+  EXPECT_EQ(b.source, "cuda:1 free memory");
+  setenv("MEGATRON_TEST_DEVICE_MEMORY", "4294967296", 1);
+  b = device_memory_budget("cuda:0", 78 * GiB, 1);
+  unsetenv("MEGATRON_TEST_DEVICE_MEMORY");
+  EXPECT_EQ(b.rank_bytes, 4 * GiB);
+  EXPECT_EQ(b.source, "MEGATRON_TEST_DEVICE_MEMORY");
 }
 
 }  // namespace

@@ -70,8 +70,8 @@ HostMemoryFacts read_host_memory_facts() {
   return f;
 }
 
-HostMemoryBudget host_memory_budget(const HostMemoryFacts& facts, int ranks_on_node) {
-  HostMemoryBudget b;
+MemoryBudget host_memory_budget(const HostMemoryFacts& facts, int ranks_on_node) {
+  MemoryBudget b;
   b.node_bytes = std::numeric_limits<double>::infinity();
   auto bound = [&](double& value, std::optional<double> candidate, const char* what) {
     if (candidate && *candidate < value) value = *candidate, b.source = what;
@@ -85,9 +85,29 @@ HostMemoryBudget host_memory_budget(const HostMemoryFacts& facts, int ranks_on_n
             "cgroup memory.max");
     }
   }
-  b.rank_bytes = b.node_bytes / std::max(1, ranks_on_node);
+  b.sharing = std::max(1, ranks_on_node);
+  b.rank_bytes = b.node_bytes / b.sharing;
   bound(b.rank_bytes, facts.rlimit_as, "RLIMIT_AS (ulimit -v)");
   bound(b.rank_bytes, facts.rlimit_data, "RLIMIT_DATA (ulimit -d)");
+  return b;
+}
+
+int ranks_sharing_device(int device_index, int device_count, int ranks_on_node) {
+  if (device_count <= 0 || device_index < 0 || device_index >= ranks_on_node) return 1;
+  return (ranks_on_node - 1 - device_index) / device_count + 1;
+}
+
+MemoryBudget device_memory_budget(const std::string& device, double free_bytes, int ranks_sharing) {
+  MemoryBudget b;
+  b.node_bytes = free_bytes;
+  b.source = device + " free memory";
+  if (const char* hook = std::getenv("MEGATRON_TEST_DEVICE_MEMORY")) {
+    char* end = nullptr;
+    const double value = std::strtod(hook, &end);
+    if (end != hook && value > 0) b.node_bytes = value, b.source = "MEGATRON_TEST_DEVICE_MEMORY";
+  }
+  b.sharing = std::max(1, ranks_sharing);
+  b.rank_bytes = b.node_bytes / b.sharing;
   return b;
 }
 

@@ -48,4 +48,20 @@ CudaStatus cuda_status() {
   return s;
 }
 
+std::optional<CudaMemoryInfo> cuda_memory_info(int index) {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(index) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  std::size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
+  cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return CudaMemoryInfo{static_cast<double>(free_bytes), static_cast<double>(total_bytes)};
+}
+
 }  // namespace megatron

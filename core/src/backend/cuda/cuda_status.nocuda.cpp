@@ -9,4 +9,8 @@ CudaStatus cuda_status() {
   return s;
 }
 
+std::optional<CudaMemoryInfo> cuda_memory_info(int) {
+  return std::nullopt;
+}
+
 }  // namespace megatron
