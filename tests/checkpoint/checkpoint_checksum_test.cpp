@@ -139,6 +139,104 @@ TEST(CheckpointChecksum, FlippedBytesFailExactlyTheReadsThatTouchThem) {
   EXPECT_FALSE(report.intact());
 }
 
+// Adds dataset `name` of `dims` (float, chunks of `chunk`) to a saved file, writing only its
+// first `written` elements: the shape of a damaged dataspace or of a chunk index that lost chunks.
+void plant_dataset(const std::filesystem::path& file, const std::string& name,
+                   std::vector<hsize_t> dims, hsize_t chunk, hsize_t written) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  std::vector<hsize_t> chunks(dims.size(), 1);
+  chunks.back() = chunk;
+  H5Pset_chunk(dcpl, int(chunks.size()), chunks.data());
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  const hid_t d =
+      H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  if (written > 0) {
+    std::vector<float> values(written, 1.0f);
+    std::vector<hsize_t> start(dims.size(), 0), count(dims.size(), 1);
+    count.back() = written;
+    const hid_t memory = H5Screate_simple(int(count.size()), count.data(), nullptr);
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    H5Dwrite(d, H5T_NATIVE_FLOAT, memory, space, H5P_DEFAULT, values.data());
+    H5Sclose(memory);
+  }
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+// Found by fuzz/fuzz_checkpoint: a mutated dimension made a dataset claim far more than the file
+// holds, and reading it (HDF5 filling chunks that do not exist) ran for minutes. Such a dataset,
+// and one whose chunks are partly missing, is refused as damaged before any read or allocation.
+TEST(CheckpointChecksum, ADatasetLargerThanWhatIsStoredIsDamaged) {
+  TempDir dir;
+  const auto file = save_sample(dir.path(), ramp({3, 4}));
+  plant_dataset(file, "model/huge", {hsize_t(1) << 20, hsize_t(1) << 30}, 1024, 0);
+  EXPECT_ERROR_MENTIONING(load_checkpoint(file), file.string(), "tensor 'model/huge' is damaged",
+                          "shape [1048576, 1073741824] needs 4503599627370496 bytes",
+                          "more than the whole file holds");
+  const CheckpointReader reader(file);
+  EXPECT_ERROR_MENTIONING(reader.shape("model/huge"), "tensor 'model/huge' is damaged");
+  EXPECT_EQ(reader.shape("model/small"), Shape{5});
+
+  TempDir other;
+  const auto partial = save_sample(other.path(), ramp({3, 4}));
+  plant_dataset(partial, "model/partial", {4096}, 1024, 1024);
+  try {
+    load_checkpoint(partial);
+    ADD_FAILURE() << "a tensor with missing chunks loaded";
+  } catch (const CheckpointDamagedError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'model/partial' is damaged: only 4096 of the "
+                                         "16384 bytes of its shape [4096] are stored"),
+              std::string::npos)
+        << e.what();
+  }
+  const VerifyReport report = verify_checkpoint(partial);
+  ASSERT_EQ(report.damaged.size(), 1u);
+  EXPECT_NE(report.damaged[0].find("'model/partial' is damaged: only"), std::string::npos)
+      << report.damaged[0];
+}
+
+// The config is a fixed-length string in the (checksummed) root object header, not a
+// variable-length one in HDF5's unchecksummed global heap, where fuzz/fuzz_checkpoint found a
+// damaged heap that kept HDF5 busy for minutes; files that stored it variable-length still load.
+TEST(CheckpointChecksum, TheConfigIsAFixedLengthStringAndOlderVariableLengthOnesLoad) {
+  TempDir dir;
+  CheckpointState s;
+  s.iteration = 2;
+  s.config_toml = "[training]\nlr = 3e-4 # caf\u00e9\n";
+  s.tensors["model/w"] = ramp({2, 2});
+  const auto file = save_checkpoint(dir.path(), s);
+  {
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t a = H5Aopen(f, "config", H5P_DEFAULT);
+    const hid_t type = H5Aget_type(a);
+    EXPECT_EQ(H5Tis_variable_str(type), 0);
+    EXPECT_EQ(H5Tget_size(type), s.config_toml.size() + 1);
+    H5Tclose(type);
+    H5Aclose(a);
+    // Rewrite it as older saves did.
+    H5Adelete(f, "config");
+    const hid_t vlen = H5Tcopy(H5T_C_S1);
+    H5Tset_size(vlen, H5T_VARIABLE);
+    H5Tset_cset(vlen, H5T_CSET_UTF8);
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t old = H5Acreate2(f, "config", vlen, space, H5P_DEFAULT, H5P_DEFAULT);
+    const char* text = "[training]\nlr = 1e-3\n";
+    H5Awrite(old, vlen, &text);
+    H5Aclose(old);
+    H5Sclose(space);
+    H5Tclose(vlen);
+    H5Fclose(f);
+  }
+  EXPECT_EQ(load_checkpoint(file).config_toml, "[training]\nlr = 1e-3\n");
+  CheckpointState again = s;
+  again.iteration = 3;
+  EXPECT_EQ(load_checkpoint(save_checkpoint(dir.path(), again)).config_toml, s.config_toml);
+}
+
 TEST(CheckpointChecksum, ResumeCandidatesRunFromTheLatestDownward) {
   TempDir dir;
   for (std::int64_t iteration : {2, 10, 4}) {

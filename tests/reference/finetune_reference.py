@@ -55,6 +55,7 @@ import tomllib
 import unicodedata
 
 import h5py
+from checkpoint_attrs import config_text
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -375,7 +376,7 @@ def head_scores(W, head, text, types, padding_mask, cfg):
 
 def load_model(path, task, seq_len):
     with h5py.File(path, "r") as f:
-        cfg = ModelConfig(f.attrs["config"])
+        cfg = ModelConfig(config_text(f))
         W = load_tensors(f, "model")
     head = "multichoice_head" if task == "RACE" else "classification_head"
     outputs = 1 if task == "RACE" else NUM_CLASSES[task]

@@ -15,6 +15,7 @@ import sys
 import tomllib
 
 import h5py
+from checkpoint_attrs import config_text
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -163,7 +164,7 @@ def check(name, ok, detail):
 def main(dump_file, trained_file, cache_dir, data_prefix):
     good = True
     with h5py.File(trained_file, "r") as f:
-        cfg = Config(f.attrs["config"])
+        cfg = Config(config_text(f))
         trained = load_tensors(f, "model")
     with h5py.File(dump_file, "r") as f:
         W0 = load_tensors(f, "model")

@@ -44,6 +44,7 @@ import re
 import sys
 
 import h5py
+from checkpoint_attrs import config_text
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -207,7 +208,7 @@ def build_lambada(path, encoder, seq_len, strict):
 
 def load_model(path, seq_len):
     with h5py.File(path, "r") as f:
-        cfg = Config(f.attrs["config"])
+        cfg = Config(config_text(f))
         W = load_tensors(f, "model")
     if not cfg.rope and seq_len > W["embedding.position_embeddings.weight"].shape[0]:
         sys.exit(f"zeroshot_reference: --seq-length {seq_len} exceeds the checkpoint's "

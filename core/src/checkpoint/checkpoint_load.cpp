@@ -1,7 +1,10 @@
 // load_checkpoint: opens a checkpoint file (or a directory's latest), checks that it is a
 // megatron-app checkpoint this build can read, and reads its attributes and tensors.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -85,6 +88,99 @@ std::string damage_message(const std::string& name) {
          (detail.empty() ? "" : " (HDF5: " + detail + ")");
 }
 
+namespace {
+
+// Every chunk of a chunked dataset must be present, inside the file, and no larger than its
+// data plus the 4-byte checksum: HDF5 allocates what the chunk index claims before it reads (a
+// mutated size made it allocate 4 GiB in fuzz/fuzz_checkpoint). Looked up by coordinate
+// (logarithmic in the chunk count) over the chunk grid, which size_damage has bounded by the
+// file's size.
+std::string chunk_damage(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
+                         std::size_t element_bytes, std::uintmax_t file_bytes) {
+  Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return "";
+  const int rank = static_cast<int>(dims.size());
+  std::vector<hsize_t> chunk(dims.size());
+  if (rank == 0 || H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank)
+    return damage_message(name);
+  hsize_t chunk_bytes = element_bytes;
+  for (const hsize_t c : chunk) {
+    if (c == 0) return damage_message(name);
+    chunk_bytes *= c;
+  }
+  const hsize_t limit = chunk_bytes + (has_checksum(dataset) ? 4 : 0);
+  std::vector<hsize_t> offset(dims.size(), 0);
+  for (;;) {
+    unsigned mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    hsize_t size = 0;
+    const bool found =
+        H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &address, &size) >= 0;
+    hdf5_error_detail();  // clears the stack of a failed lookup
+    std::string where;
+    for (const hsize_t o : offset)
+      where += (where.empty() ? "" : ", ") + std::to_string(o);
+    if (!found || address == HADDR_UNDEF) {
+      return fmt::format("tensor '{}' is damaged: its chunk at [{}] is missing", name, where);
+    }
+    if (size > limit || address > file_bytes || size > file_bytes - address) {
+      return fmt::format(
+          "tensor '{}' is damaged: its chunk at [{}] claims {} bytes at offset {} "
+          "(at most {} bytes, within the file's {})",
+          name, where, size, address, limit, file_bytes);
+    }
+    // The next chunk's origin, last dimension fastest.
+    int d = rank - 1;
+    for (; d >= 0; --d) {
+      offset[std::size_t(d)] += chunk[std::size_t(d)];
+      if (offset[std::size_t(d)] < dims[std::size_t(d)]) break;
+      offset[std::size_t(d)] = 0;
+    }
+    if (d < 0) return "";
+  }
+}
+
+}  // namespace
+
+std::string size_damage(hid_t dataset, const std::string& name) {
+  Handle type(H5Dget_type(dataset), H5Tclose);
+  Handle space(H5Dget_space(dataset), H5Sclose);
+  const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  if (!type.valid() || rank < 0) return damage_message(name);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  // In double: damaged dimensions may overflow any integer product.
+  double needed = static_cast<double>(H5Tget_size(type.get()));
+  std::string shape;
+  for (const hsize_t d : dims) {
+    needed *= static_cast<double>(d);
+    shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+  }
+  if (needed == 0) return "";
+  std::error_code error;
+  const std::vector<char> file_name = [&] {
+    std::vector<char> buffer(
+        static_cast<std::size_t>(std::max<ssize_t>(0, H5Fget_name(dataset, nullptr, 0))) + 1);
+    H5Fget_name(dataset, buffer.data(), buffer.size());
+    return buffer;
+  }();
+  const auto file_bytes = std::filesystem::file_size(file_name.data(), error);
+  if (!error && needed > static_cast<double>(file_bytes)) {
+    return fmt::format(
+        "tensor '{}' is damaged: its shape [{}] needs {:.0f} bytes, more than the "
+        "whole file holds ({} bytes)",
+        name, shape, needed, file_bytes);
+  }
+  const double stored = static_cast<double>(H5Dget_storage_size(dataset));
+  if (stored < needed) {
+    return fmt::format(
+        "tensor '{}' is damaged: only {:.0f} of the {:.0f} bytes of its shape [{}] "
+        "are stored",
+        name, stored, needed, shape);
+  }
+  return error ? "" : chunk_damage(dataset, name, dims, H5Tget_size(type.get()), file_bytes);
+}
+
 }  // namespace detail
 
 namespace {
@@ -115,6 +211,8 @@ Tensor read_tensor(hid_t dataset, const std::string& name) {
   } else if (space_class != H5S_SCALAR && space_class != H5S_SIMPLE) {
     throw std::runtime_error("dataset '" + name + "' has no shape (a null dataspace)");
   }
+  if (const std::string damage = detail::size_damage(dataset, name); !damage.empty())
+    throw CheckpointDamagedError(damage);
   Tensor tensor = Tensor::empty(shape, dtype);
   if (tensor.numel() > 0 &&
       H5Dread(dataset, memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.raw_data()) < 0) {
@@ -299,6 +397,8 @@ Shape CheckpointReader::shape(const std::string& name) const {
     throw Error("checkpoint " + file_.string() + ": cannot open tensor '" + name + "'" +
                 hdf5_reason());
   }
+  if (const std::string damage = detail::size_damage(dataset.get(), name); !damage.empty())
+    throw CheckpointDamagedError("checkpoint " + file_.string() + ": " + damage);
   if (detail::stored_scalar(dataset.get())) return {};
   std::vector<hsize_t> dims(
       static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));

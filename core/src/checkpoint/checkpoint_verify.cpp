@@ -20,6 +20,7 @@ constexpr std::size_t kPieceBytes = std::size_t(64) << 20;
 
 // Reads the dataset in pieces; the damage message on the first failed read, empty when intact.
 std::string read_all(hid_t dataset, const std::string& name, std::int64_t& bytes) {
+  if (std::string damage = detail::size_damage(dataset, name); !damage.empty()) return damage;
   Handle type(H5Dget_type(dataset), H5Tclose);
   Handle space(H5Dget_space(dataset), H5Sclose);
   if (!type.valid() || !space.valid()) return detail::damage_message(name);

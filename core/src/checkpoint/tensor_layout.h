@@ -47,5 +47,10 @@ bool stored_scalar(hid_t dataset);
 // "tensor '<name>' is damaged: ..." after a failed read of it, from HDF5's error stack (a
 // checksum mismatch, or data that cannot be read back); clears the stack.
 std::string damage_message(const std::string& name);
+// "tensor '<name>' is damaged: ..." when the dataset's shape needs more bytes than the file holds
+// or than are stored for it (chunks missing); empty otherwise. Checked before reading, so a
+// damaged dataspace cannot make a read allocate or scan what the file never held (found by
+// fuzz/fuzz_checkpoint: a mutated dimension made one read run for minutes).
+std::string size_damage(hid_t dataset, const std::string& name);
 
 }  // namespace megatron::checkpoint::detail

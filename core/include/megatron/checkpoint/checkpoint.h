@@ -5,7 +5,8 @@
 //
 // Note [Checkpoint file layout] (format_version 1)
 //   Root attributes: format_version, iteration, consumed_train_samples, consumed_valid_samples,
-//   skipped_iterations (64-bit integers) and config (a UTF-8 variable-length string).
+//   skipped_iterations (64-bit integers) and config (a NUL-terminated fixed-length UTF-8 string,
+//   in the checksummed object header; files written before stored it variable-length, still read).
 //   CheckpointState::int_attributes[k] is the root attribute "int.<k>" (64-bit integer) and
 //   float_attributes[k] is "float.<k>" (IEEE double), so both round-trip bit for bit.
 //   A tensor "a/b/c" is dataset c in group /a/b (names may contain dots, e.g.
