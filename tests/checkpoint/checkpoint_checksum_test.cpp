@@ -167,9 +167,10 @@ void plant_dataset(const std::filesystem::path& file, const std::string& name,
   H5Fclose(f);
 }
 
-// Found by fuzz/fuzz_checkpoint: a mutated dimension made a dataset claim far more than the file
-// holds, and reading it (HDF5 filling chunks that do not exist) ran for minutes. Such a dataset,
-// and one whose chunks are partly missing, is refused as damaged before any read or allocation.
+// A damaged dimension can make a dataset claim far more than the file holds (a load would allocate
+// it, a verify would have HDF5 fill terabytes of chunks that do not exist). Such a dataset, and one
+// whose chunks are partly missing, is refused as damaged before any read or allocation. (A chunk
+// whose indexed size is impossible: tests/checkpoint/fixtures/chunk_claims_4GiB.h5.)
 TEST(CheckpointChecksum, ADatasetLargerThanWhatIsStoredIsDamaged) {
   TempDir dir;
   const auto file = save_sample(dir.path(), ramp({3, 4}));

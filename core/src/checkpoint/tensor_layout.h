@@ -49,8 +49,8 @@ bool stored_scalar(hid_t dataset);
 std::string damage_message(const std::string& name);
 // "tensor '<name>' is damaged: ..." when the dataset's shape needs more bytes than the file holds
 // or than are stored for it (chunks missing); empty otherwise. Checked before reading, so a
-// damaged dataspace cannot make a read allocate or scan what the file never held (found by
-// fuzz/fuzz_checkpoint: a mutated dimension made one read run for minutes).
+// damaged dataspace or chunk index cannot make a read allocate or scan what the file never held
+// (fuzz/fuzz_checkpoint: a chunk index claiming a 4 GiB chunk made HDF5 allocate that much).
 std::string size_damage(hid_t dataset, const std::string& name);
 
 }  // namespace megatron::checkpoint::detail
