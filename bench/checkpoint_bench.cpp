@@ -1,12 +1,17 @@
-// Checkpoint save and load time with per-chunk Fletcher32 checksums (the format) against the
-// same tensors stored contiguously without checksums (the format before them), on one process:
-// save = create, write, close, fsync, rename, marker; load = load_checkpoint of either file
-// (it reads both formats), so only the storage differs. The
+// Checkpoint save and load time with per-chunk Fletcher32 checksums (the format, through
+// megatron-app's direct chunk I/O), against the same chunks through HDF5's Fletcher32 filter and
+// the same tensors stored contiguously without checksums (the format before them), on one
+// process: save = create, write, close, fsync, rename, marker; load = every tensor read. The
 // tensors are GPT-shaped f32 weights of about `range(0)` MiB in all. Loads read a file the save
-// just wrote, so they come from the page cache: the checksum's share is the largest it can be.
+// just wrote, so they come from the page cache (the checksum's share is the largest it can be),
+// and, as "_cold", after the file's pages were dropped from the cache (a resume after a restart).
 // Results are recorded in RESULTS.md.
 //   checkpoint_bench --benchmark_min_time=1 [--benchmark_filter=...]   (MEGATRON_BENCH_DIR: where)
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -17,6 +22,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_io.h"
+#include "checkpoint/tensor_layout.h"
 #include "megatron/checkpoint/checkpoint.h"
 
 namespace {
@@ -53,8 +59,22 @@ checkpoint::CheckpointState gpt_like_state(std::int64_t mib) {
   return s;
 }
 
-// The old format: contiguous datasets, no filters, the same crash-safe file steps.
-void save_plain(const fs::path& dir, const checkpoint::CheckpointState& s) {
+// What is timed: the format (checksummed chunks, written and read by megatron-app's direct chunk
+// I/O), the same chunks going through HDF5's own Fletcher32 filter (how megatron-app did it
+// before), or the format before checksums (contiguous datasets).
+// "chunked" is the format's chunks without the checksum, separating what the chunk layout costs
+// from what checking costs.
+enum class Format { checksummed, hdf5_filter, chunked, plain };
+
+const char* format_dir(Format format) {
+  return format == Format::checksummed   ? "checksummed"
+         : format == Format::hdf5_filter ? "hdf5_filter"
+                                         : "plain";
+}
+
+// A checkpoint written by hand with the same crash-safe file steps: checksummed chunks through
+// HDF5's filter, the same chunks without checksums, or contiguous datasets without checksums.
+void save_by_hand(const fs::path& dir, const checkpoint::CheckpointState& s, Format format) {
   const fs::path file = checkpoint::checkpoint_file(dir, s.iteration);
   const fs::path partial = file.string() + ".partial";
   {
@@ -67,8 +87,12 @@ void save_plain(const fs::path& dir, const checkpoint::CheckpointState& s) {
     for (const auto& [name, t] : s.tensors) {
       std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
       Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+      Handle dcpl = format == Format::plain
+                        ? Handle(H5Pcreate(H5P_DATASET_CREATE), H5Pclose)
+                        : checkpoint::detail::tensor_creation_properties(dims, 4);
+      if (format == Format::chunked) H5Premove_filter(dcpl.get(), H5Z_FILTER_FLETCHER32);
       Handle d(H5Dcreate2(f.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), links.get(),
-                          H5P_DEFAULT, H5P_DEFAULT),
+                          dcpl.get(), H5P_DEFAULT),
                H5Dclose);
       H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data());
     }
@@ -77,51 +101,91 @@ void save_plain(const fs::path& dir, const checkpoint::CheckpointState& s) {
   checkpoint::detail::write_latest_marker(dir, s.iteration);
 }
 
-void Save(benchmark::State& state, bool checksummed) {
+void save(Format format, const fs::path& dir, const checkpoint::CheckpointState& s) {
+  if (format == Format::checksummed) {
+    checkpoint::save_checkpoint(dir, s);
+  } else {
+    save_by_hand(dir, s, format);
+  }
+}
+
+// Every tensor read with H5Dread, HDF5's filter checking each chunk, into tensors allocated as
+// load_checkpoint allocates them.
+std::vector<Tensor> load_through_hdf5(const fs::path& file, const checkpoint::CheckpointState& s) {
+  checkpoint::detail::Hdf5Lock lock;
+  Handle fapl = checkpoint::detail::file_access_properties();
+  Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  std::vector<Tensor> out;
+  for (const auto& [name, t] : s.tensors) {
+    Handle d(H5Dopen2(f.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    out.push_back(Tensor::empty(t.shape(), DType::f32));
+    if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.back().raw_data()) <
+        0)
+      std::exit(1);
+  }
+  return out;
+}
+
+void Save(benchmark::State& state, Format format) {
   const auto s = gpt_like_state(state.range(0));
-  const fs::path dir = bench_dir(checksummed ? "checksummed" : "plain");
+  const fs::path dir = bench_dir(format_dir(format));
+  for (auto _ : state)
+    save(format, dir, s);
+  state.SetBytesProcessed(state.iterations() * (state.range(0) << 20));
+  fs::remove_all(dir);
+}
+
+// Drops the file's pages from the page cache (they are clean: the save fsynced them), so the
+// next read comes from the disk.
+void evict(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0 || ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) {
+    std::perror(file.c_str());
+    std::exit(1);
+  }
+  ::close(fd);
+}
+
+void Load(benchmark::State& state, Format format, bool cold) {
+  const auto s = gpt_like_state(state.range(0));
+  const fs::path dir = bench_dir(std::string(format_dir(format)) + "_load");
+  save(format, dir, s);
+  const fs::path file = checkpoint::checkpoint_file(dir, s.iteration);
   for (auto _ : state) {
-    if (checksummed) {
-      checkpoint::save_checkpoint(dir, s);
+    if (cold) {
+      state.PauseTiming();
+      evict(file);
+      state.ResumeTiming();
+    }
+    if (format == Format::hdf5_filter || format == Format::chunked) {
+      benchmark::DoNotOptimize(load_through_hdf5(file, s));
     } else {
-      save_plain(dir, s);
+      benchmark::DoNotOptimize(checkpoint::load_checkpoint(file));
     }
   }
   state.SetBytesProcessed(state.iterations() * (state.range(0) << 20));
   fs::remove_all(dir);
 }
 
-void Load(benchmark::State& state, bool checksummed) {
-  const auto s = gpt_like_state(state.range(0));
-  const fs::path dir = bench_dir(checksummed ? "checksummed_load" : "plain_load");
-  checksummed ? void(checkpoint::save_checkpoint(dir, s)) : save_plain(dir, s);
-  const fs::path file = checkpoint::checkpoint_file(dir, s.iteration);
-  for (auto _ : state)
-    benchmark::DoNotOptimize(checkpoint::load_checkpoint(file));
-  state.SetBytesProcessed(state.iterations() * (state.range(0) << 20));
-  fs::remove_all(dir);
-}
+#define MEGATRON_CHECKPOINT_BENCH(function, name, ...) \
+  BENCHMARK_CAPTURE(function, name, __VA_ARGS__)       \
+      ->Arg(64)                                        \
+      ->Arg(512)                                       \
+      ->Unit(benchmark::kMillisecond)                  \
+      ->UseRealTime()
 
-BENCHMARK_CAPTURE(Save, checksummed, true)
-    ->Arg(64)
-    ->Arg(512)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(Save, plain, false)
-    ->Arg(64)
-    ->Arg(512)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(Load, checksummed, true)
-    ->Arg(64)
-    ->Arg(512)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(Load, plain, false)
-    ->Arg(64)
-    ->Arg(512)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+MEGATRON_CHECKPOINT_BENCH(Save, checksummed, Format::checksummed);
+MEGATRON_CHECKPOINT_BENCH(Save, hdf5_filter, Format::hdf5_filter);
+MEGATRON_CHECKPOINT_BENCH(Save, chunked, Format::chunked);
+MEGATRON_CHECKPOINT_BENCH(Save, plain, Format::plain);
+MEGATRON_CHECKPOINT_BENCH(Load, checksummed, Format::checksummed, false);
+MEGATRON_CHECKPOINT_BENCH(Load, hdf5_filter, Format::hdf5_filter, false);
+MEGATRON_CHECKPOINT_BENCH(Load, chunked, Format::chunked, false);
+MEGATRON_CHECKPOINT_BENCH(Load, plain, Format::plain, false);
+MEGATRON_CHECKPOINT_BENCH(Load, checksummed_cold, Format::checksummed, true);
+MEGATRON_CHECKPOINT_BENCH(Load, hdf5_filter_cold, Format::hdf5_filter, true);
+MEGATRON_CHECKPOINT_BENCH(Load, chunked_cold, Format::chunked, true);
+MEGATRON_CHECKPOINT_BENCH(Load, plain_cold, Format::plain, true);
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/chunk_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_layout.h"
 #include "megatron/checkpoint/checkpoint.h"
@@ -214,7 +215,13 @@ Tensor read_tensor(hid_t dataset, const std::string& name) {
   if (const std::string damage = detail::size_damage(dataset, name); !damage.empty())
     throw CheckpointDamagedError(damage);
   Tensor tensor = Tensor::empty(shape, dtype);
-  if (tensor.numel() > 0 &&
+  std::optional<std::string> direct;
+  if (tensor.numel() > 0 && detail::direct_chunks(dataset, memory_type(dtype))) {
+    const std::vector<hsize_t> dims = detail::stored_dims(shape);
+    direct = detail::read_chunks(dataset, name, dims, tensor.element_size(), tensor.raw_data());
+    if (direct && !direct->empty()) throw CheckpointDamagedError(*direct);
+  }
+  if (tensor.numel() > 0 && !direct &&
       H5Dread(dataset, memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.raw_data()) < 0) {
     throw CheckpointDamagedError(detail::damage_message(name));
   }

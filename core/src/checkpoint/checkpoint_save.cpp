@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_files.h"
+#include "checkpoint/chunk_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_io.h"
 #include "checkpoint/tensor_layout.h"
@@ -44,8 +45,10 @@ void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
     throw Error("cannot create dataset '" + name + "' " + shape_str(tensor.shape()) +
                 hdf5_reason());
   }
-  if (data.numel() > 0 &&
-      H5Dwrite(dataset.get(), types.memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.raw_data()) < 0) {
+  if (data.numel() > 0 && detail::direct_chunks(dataset.get(), types.memory)) {
+    detail::write_chunks(dataset.get(), name, dims, H5Tget_size(types.file), data.raw_data());
+  } else if (data.numel() > 0 && H5Dwrite(dataset.get(), types.memory, H5S_ALL, H5S_ALL,
+                                          H5P_DEFAULT, data.raw_data()) < 0) {
     throw Error("cannot write dataset '" + name + "'" + hdf5_reason());
   }
   detail::write_layout_attributes(dataset.get(), tensor.shape());

@@ -1,8 +1,10 @@
-// verify_checkpoint: reads every tensor of a checkpoint piece by piece so HDF5 checks each
-// chunk's Fletcher32 checksum, and reports the damaged tensors by name.
+// verify_checkpoint: checks every chunk of every tensor of a checkpoint against its Fletcher32
+// checksum (chunk by chunk, or through HDF5 piece by piece where direct chunk I/O does not
+// apply), and reports the damaged tensors by name.
 #include <algorithm>
 #include <vector>
 
+#include "checkpoint/chunk_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_layout.h"
 #include "megatron/checkpoint/checkpoint.h"
@@ -33,6 +35,13 @@ std::string read_all(hid_t dataset, const std::string& name, std::int64_t& bytes
   for (std::size_t d = 1; d < dims.size(); ++d)
     row_bytes *= dims[d];
   if (dims[0] == 0 || row_bytes == 0) return "";
+  if (detail::direct_chunks(dataset, type.get())) {
+    if (std::optional<std::string> damage =
+            detail::read_chunks(dataset, name, dims, element, nullptr)) {
+      if (damage->empty()) bytes += static_cast<std::int64_t>(dims[0] * row_bytes);
+      return *damage;
+    }
+  }
   // Whole chunks per piece, so no chunk is decoded twice.
   hsize_t chunk_rows = 1;
   Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);

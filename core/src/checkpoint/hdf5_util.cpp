@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "checkpoint/global_heap_check.h"
 #include "megatron/error.h"
 
 namespace megatron::checkpoint::detail {
@@ -184,6 +185,14 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
   Handle stored(H5Aget_type(attribute.get()), H5Tclose);
   const std::string failure = "cannot read attribute '" + name + "'";
   if (H5Tis_variable_str(stored.get()) > 0) {
+    // Older files: the string is in a global heap, which HDF5 1.10 may never finish decoding if
+    // it is damaged (Note [Global heap check]).
+    std::vector<char> file(
+        static_cast<std::size_t>(std::max<ssize_t>(0, H5Fget_name(object, nullptr, 0))) + 1);
+    H5Fget_name(object, file.data(), file.size());
+    if (const std::string damage = global_heap_damage(file.data()); !damage.empty()) {
+      throw std::runtime_error(failure + ": " + damage);
+    }
     Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(type.get(), H5T_VARIABLE);
     H5Tset_cset(type.get(), H5Tget_cset(stored.get()));

@@ -17,9 +17,10 @@ namespace megatron::checkpoint::detail {
 //   Why Fletcher32 on chunks and not one digest attribute per tensor: a sharded save writes each
 //   tensor from several ranks and a load at another layout reads a different cut of it, so a
 //   whole-tensor digest could only be computed or checked by someone holding the whole tensor.
-//   Per-chunk checksums are computed by HDF5 as each chunk is written (collective writes merge
-//   the pieces several ranks give one chunk) and checked on every read of that chunk, whoever
-//   reads it and whichever slice they want. Chunks are row-major tiles of about kChunkBytes (the
+//   Per-chunk checksums are computed as each chunk is written (by HDF5's filter in collective
+//   writes, which merge the pieces several ranks give one chunk; by chunk_io.h's direct chunk
+//   I/O in single-process saves) and checked on every read of that chunk, whoever reads it and
+//   whichever slice they want. Chunks are row-major tiles of about kChunkBytes (the
 //   last dimension cut at kChunkColumns), so a tensor-parallel slice along either dimension reads
 //   little beyond itself. A scalar is stored as a [1] dataset with attribute `scalar` = 1 (HDF5
 //   cannot chunk a scalar dataspace); a tensor without elements has no data to check.

@@ -1,0 +1,108 @@
+// Fletcher32 as HDF5 computes it, in 32 independent lanes so the compiler vectorises the sums.
+//
+// HDF5 adds 16-bit big-endian words w_1..w_n into sum1 and each running sum1 into sum2, folding
+// both (x -> (x & 0xffff) + (x >> 16)) every 360 words and twice at the end. A fold keeps the
+// value modulo 65535 and keeps it positive when it is positive, and the final value is at most
+// 65535, so HDF5's result is a function of the exact sums S1 = sum w_i and S2 = sum (n - i + 1)
+// w_i: 0 when they are 0 (all words zero), else their residue modulo 65535 written as 1..65535.
+// That residue can be computed in any grouping, which is what lets the lanes below reproduce HDF5's
+// value bit for bit (the test compares with HDF5's own filter output).
+#include "checkpoint/fletcher32.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+// Built for AVX-512, AVX2 and baseline x86-64 and picked by the CPU at load time (as the CPU row
+// kernels are); clang builds (the fuzzers) take the baseline loop.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MEGATRON_FLETCHER_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MEGATRON_FLETCHER_CLONES
+#endif
+
+namespace megatron::checkpoint::detail {
+
+namespace {
+
+constexpr std::size_t kLanes = 32;
+// Steps of kLanes words per block: lane sums start at 0 each block, so after 360 steps a lane's
+// sum2 is at most 65535 * 360 * 361 / 2 < 2^32 (HDF5's own block length, for the same reason).
+constexpr std::size_t kMaxSteps = 360;
+constexpr std::uint64_t kModulus = 65535;
+
+struct LaneSums {
+  std::uint32_t s1[kLanes];
+  std::uint32_t s2[kLanes];
+};
+
+// Over `steps` steps of kLanes consecutive words from `p`: lane j's s1 = sum over steps t of
+// w[t * kLanes + j], s2 = sum of (steps - t) * w[t * kLanes + j].
+MEGATRON_FLETCHER_CLONES
+void lane_sums(const unsigned char* p, std::size_t steps, LaneSums& out) {
+  std::uint32_t s1[kLanes] = {};
+  std::uint32_t s2[kLanes] = {};
+  for (std::size_t t = 0; t < steps; ++t) {
+    const unsigned char* q = p + t * 2 * kLanes;
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      std::uint16_t word;
+      std::memcpy(&word, q + 2 * j, 2);
+      // HDF5 reads each word big-endian, whatever the machine.
+      if constexpr (std::endian::native == std::endian::little) word = __builtin_bswap16(word);
+      s1[j] += word;
+      s2[j] += s1[j];
+    }
+  }
+  std::memcpy(out.s1, s1, sizeof s1);
+  std::memcpy(out.s2, s2, sizeof s2);
+}
+
+}  // namespace
+
+std::uint32_t fletcher32(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::size_t words = bytes / 2;
+  // A and B: S1 and S2 so far modulo 65535; nonzero: whether any word was not zero.
+  std::uint64_t a = 0, b = 0;
+  bool nonzero = false;
+  LaneSums lanes;
+  while (words >= kLanes) {
+    const std::size_t steps = std::min(kMaxSteps, words / kLanes);
+    lane_sums(p, steps, lanes);
+    // The block's own sums: s1 = sum of its words, s2 = sum of (m - i) * w_i for its m words
+    // (0-based i), where word t * kLanes + j has weight kLanes * (steps - t) - j.
+    std::uint64_t block1 = 0, lane2 = 0, lane_index = 0;
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      block1 += lanes.s1[j];
+      lane2 += lanes.s2[j];
+      lane_index += j * std::uint64_t(lanes.s1[j]);
+    }
+    const std::uint64_t block2 = kLanes * lane2 - lane_index;
+    const std::uint64_t m = steps * kLanes;
+    nonzero = nonzero || block1 != 0;
+    b = (b + (m % kModulus) * a + block2 % kModulus) % kModulus;
+    a = (a + block1) % kModulus;
+    p += 2 * m;
+    words -= m;
+  }
+  const auto add_word = [&](std::uint64_t word) {
+    nonzero = nonzero || word != 0;
+    a = (a + word) % kModulus;
+    b = (b + a) % kModulus;
+  };
+  for (; words > 0; --words, p += 2)
+    add_word((std::uint64_t(p[0]) << 8) | p[1]);
+  if (bytes % 2) add_word(std::uint64_t(p[0]) << 8);
+  if (!nonzero) return 0;
+  const std::uint32_t sum1 = a == 0 ? 65535u : std::uint32_t(a);
+  const std::uint32_t sum2 = b == 0 ? 65535u : std::uint32_t(b);
+  return (sum2 << 16) | sum1;
+}
+
+bool fletcher32_accepts(std::uint32_t stored, std::uint32_t computed) {
+  const std::uint32_t swapped = ((computed & 0x00ff00ffu) << 8) | ((computed >> 8) & 0x00ff00ffu);
+  return stored == computed || stored == swapped;
+}
+
+}  // namespace megatron::checkpoint::detail

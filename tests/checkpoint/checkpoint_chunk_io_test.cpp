@@ -1,0 +1,176 @@
+// Direct chunk I/O (Note [Direct chunk I/O]): fletcher32() equals the checksum HDF5's own filter
+// stores, for every length and content; chunks written directly read back through HDF5's filter
+// pipeline (which checks them); chunks HDF5 wrote, or stored without the checksum, load too.
+#include <hdf5.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "checkpoint/fletcher32.h"
+#include "checkpoint_test_util.h"
+
+namespace megatron::checkpoint {
+namespace {
+
+using testing::bitwise_equal;
+using testing::TempDir;
+
+// The checksum HDF5's Fletcher32 filter appends to one chunk holding `bytes`: written through
+// H5Dwrite into a one-chunk uint8 dataset, then read raw with H5Dread_chunk.
+std::uint32_t hdf5_fletcher32(const std::filesystem::path& file,
+                              const std::vector<unsigned char>& bytes) {
+  const hid_t f = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hsize_t n = bytes.size();
+  const hid_t space = H5Screate_simple(1, &n, nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 1, &n);
+  H5Pset_fletcher32(dcpl);
+  const hid_t d = H5Dcreate2(f, "d", H5T_NATIVE_UINT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  EXPECT_GE(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), 0);
+  std::vector<unsigned char> raw(bytes.size() + 4);
+  const hsize_t origin = 0;
+  std::uint32_t filters = 0;
+  EXPECT_GE(H5Dread_chunk(d, H5P_DEFAULT, &origin, &filters, raw.data()), 0);
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(f);
+  std::uint32_t stored = 0;
+  for (std::size_t i = 0; i < 4; ++i)
+    stored |= std::uint32_t(raw[bytes.size() + i]) << (8 * i);
+  return stored;
+}
+
+TEST(Fletcher32, EqualsTheChecksumHdf5sFilterStores) {
+  TempDir dir;
+  std::mt19937 random(7);
+  // Lengths around the lane width (64 bytes), HDF5's 360-word block and the 32-lane x 360-step
+  // block, odd lengths, and a whole 1 MiB chunk; contents all zero, all ones (the sums' fold to
+  // 65535), sparse and random.
+  std::vector<std::size_t> lengths = {1,
+                                      2,
+                                      3,
+                                      63,
+                                      64,
+                                      65,
+                                      127,
+                                      719,
+                                      720,
+                                      721,
+                                      1440,
+                                      23039,
+                                      23040,
+                                      23041,
+                                      46081,
+                                      100001,
+                                      std::size_t(1) << 20};
+  for (int i = 0; i < 12; ++i)
+    lengths.push_back(1 + random() % 300000);
+  int cases = 0;
+  for (const std::size_t length : lengths) {
+    for (int content = 0; content < 4; ++content) {
+      std::vector<unsigned char> bytes(length);
+      for (unsigned char& b : bytes) {
+        b = content == 0   ? 0
+            : content == 1 ? 0xff
+            : content == 2 ? (random() % 97 == 0 ? static_cast<unsigned char>(random()) : 0)
+                           : static_cast<unsigned char>(random());
+      }
+      const auto file = dir.path() / ("c" + std::to_string(cases++) + ".h5");
+      EXPECT_EQ(detail::fletcher32(bytes.data(), bytes.size()), hdf5_fletcher32(file, bytes))
+          << "length " << length << ", content " << content;
+    }
+  }
+}
+
+TEST(Fletcher32, AcceptsTheByteSwappedValueOldHdf5Wrote) {
+  EXPECT_TRUE(detail::fletcher32_accepts(0x12345678u, 0x12345678u));
+  EXPECT_TRUE(detail::fletcher32_accepts(0x34127856u, 0x12345678u));
+  EXPECT_FALSE(detail::fletcher32_accepts(0x56781234u, 0x12345678u));
+  EXPECT_FALSE(detail::fletcher32_accepts(0x12345679u, 0x12345678u));
+}
+
+// Every dataset of `file` read with H5Dread, so HDF5's filter checks each chunk's checksum.
+std::vector<float> hdf5_read(const std::filesystem::path& file, const std::string& name,
+                             std::size_t count) {
+  std::vector<float> out(count);
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  const herr_t status = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  H5Dclose(d);
+  H5Fclose(f);
+  EXPECT_GE(status, 0) << name;
+  return out;
+}
+
+TEST(DirectChunks, ChunksWrittenHereReadBackThroughHdf5sFilter) {
+  TempDir dir;
+  CheckpointState s;
+  s.iteration = 1;
+  // Edge chunks in every dimension, a 1-D tensor longer than one chunk, a 3-D one; chunks that
+  // are contiguous runs of the tensor (read in place) before a partial one and at the very end.
+  const std::vector<Shape> shapes = {{700, 2500}, {300001}, {3, 300, 1500}, {1},
+                                     {5, 7},      {524288}, {600, 1000}};
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    s.tensors["t" + std::to_string(i)] = testing::ramp(shapes[i], 0.37f, -11.0f);
+  s.tensors["ids"] = Tensor::from(std::vector<std::int64_t>{1, -2, std::int64_t(1) << 60}, {3});
+  const auto file = save_checkpoint(dir.path(), s);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Tensor& t = s.tensors.at("t" + std::to_string(i));
+    const std::vector<float> read =
+        hdf5_read(file, "t" + std::to_string(i), static_cast<std::size_t>(t.numel()));
+    EXPECT_EQ(std::memcmp(read.data(), t.raw_data(), t.nbytes()), 0) << shapes[i].size();
+  }
+  const CheckpointState loaded = load_checkpoint(file);
+  for (const auto& [name, tensor] : s.tensors)
+    EXPECT_TRUE(bitwise_equal(loaded.tensors.at(name), tensor)) << name;
+  EXPECT_TRUE(verify_checkpoint(file).damaged.empty());
+}
+
+// Rewrites chunk [0, 0] of dataset `name` through HDF5's filter pipeline (H5Dwrite of that
+// region), or raw without the checksum (the filter marked skipped in the chunk's mask).
+void rewrite_first_chunk(const std::filesystem::path& file, const std::string& name,
+                         const Tensor& tensor, bool skip_checksum) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  const hid_t dcpl = H5Dget_create_plist(d);
+  hsize_t chunk[2] = {0, 0};
+  H5Pget_chunk(dcpl, 2, chunk);
+  const hsize_t columns = static_cast<hsize_t>(tensor.shape()[1]);
+  std::vector<float> data(chunk[0] * chunk[1]);
+  for (hsize_t r = 0; r < chunk[0]; ++r)
+    for (hsize_t c = 0; c < chunk[1]; ++c)
+      data[r * chunk[1] + c] = tensor.data<float>()[r * columns + c];
+  const hsize_t origin[2] = {0, 0};
+  if (skip_checksum) {
+    EXPECT_GE(H5Dwrite_chunk(d, H5P_DEFAULT, 1, origin, data.size() * 4, data.data()), 0);
+  } else {
+    const hid_t file_space = H5Dget_space(d);
+    const hid_t memory_space = H5Screate_simple(2, chunk, nullptr);
+    H5Sselect_hyperslab(file_space, H5S_SELECT_SET, origin, nullptr, chunk, nullptr);
+    EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, memory_space, file_space, H5P_DEFAULT, data.data()), 0);
+    H5Sclose(memory_space);
+    H5Sclose(file_space);
+  }
+  H5Pclose(dcpl);
+  H5Dclose(d);
+  H5Fclose(f);
+}
+
+TEST(DirectChunks, ChunksHdf5WroteOrStoredWithoutTheChecksumLoadToo) {
+  for (const bool skip_checksum : {false, true}) {
+    TempDir dir;
+    CheckpointState s;
+    s.iteration = 2;
+    s.tensors["w"] = testing::ramp({600, 2100}, 0.5f, 1.0f);
+    const auto file = save_checkpoint(dir.path(), s);
+    rewrite_first_chunk(file, "w", s.tensors.at("w"), skip_checksum);
+    const CheckpointState loaded = load_checkpoint(file);
+    EXPECT_TRUE(bitwise_equal(loaded.tensors.at("w"), s.tensors.at("w"))) << skip_checksum;
+    EXPECT_TRUE(verify_checkpoint(file).damaged.empty()) << skip_checksum;
+  }
+}
+
+}  // namespace
+}  // namespace megatron::checkpoint
