@@ -1,4 +1,5 @@
 // megatron-app: dispatches to a subcommand and turns errors into messages and exit codes.
+#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -104,5 +105,9 @@ int main(std::vector<std::string> args) {
 }  // namespace megatron::app
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG like a full disk, and the
+  // failed save is handled (previous checkpoint kept, logged) instead of the process being killed
+  // by SIGXFSZ mid-save, whatever signal dispositions the launcher (mpirun resets them) passed on.
+  std::signal(SIGXFSZ, SIG_IGN);
   return megatron::app::main(std::vector<std::string>(argv + 1, argv + argc));
 }

@@ -3,9 +3,11 @@
 # fail with EFBIG as on a full disk): the previous checkpoint and the marker are untouched, no
 # partial file stays, the failure is logged and training goes on, ending with exit code 4 when
 # its last state could not be saved; with [checkpoint] exit_on_save_failure the run stops at the
-# failed save with exit code 4.
-#   disk_full_test.sh MEGATRON_APP WORK_DIR
+# failed save with exit code 4. With MPIEXEC, the same for a sharded MPI-IO save at pipeline 2:
+# both ranks learn of the failure together, and the files are untouched as well.
+#   disk_full_test.sh MEGATRON_APP WORK_DIR [MPIEXEC]
 source "$(dirname "$0")/common.sh"
+mpiexec=${3:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 save=$work/ckpt
 common=(--set training.eval_iters=0 --set "checkpoint.save=$save" --set "checkpoint.load=$save"
@@ -61,4 +63,30 @@ check_untouched "stop"
 run_tiny "${common[@]}" --set training.train_iters=6 > "$work/again.log" 2>&1 \
   || fail "run with space: $(tail -3 "$work/again.log")"
 [ "$(cat "$save/latest_checkpointed_iteration.txt")" = 6 ] || fail "no checkpoint at 6 with space"
-echo "disk_full_test: failed saves left iteration 4 intact; go-on and stop modes as expected"
+[ -z "$mpiexec" ] && {
+  echo "disk_full_test: failed saves left iteration 4 intact; go-on and stop modes as expected"
+  exit 0
+}
+
+# 4. Pipeline 2, every rank writing its stage's tensors into one file over MPI-IO: the failed
+#    save is known to both ranks (the run goes on to iteration 8 on both), and nothing changes.
+cp "$save/iter_0000004.h5" "$work/iter_0000004.h5"
+rm -f "$save"/iter_000000[5-9].h5 && echo 4 > "$save/latest_checkpointed_iteration.txt"
+cp "$work/iter_0000004.h5" "$save/"
+set +e
+( trap '' XFSZ; ulimit -f "$limit"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+  OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive "$mpiexec" --oversubscribe --allow-run-as-root \
+    --bind-to none -n 2 "${tiny[@]}" "${common[@]}" --set parallel.pipeline_model_parallel_size=2 \
+    --set training.train_iters=8 ) > "$work/pp.log" 2>&1
+code=$?
+set -e
+[ "$code" = 4 ] || fail "pipeline 2: exit code $code, expected 4: $(tail -5 "$work/pp.log")"
+for rank in 0 1; do
+  grep -q "rank $rank/2.*checkpoint of iteration 6 not saved: .*training goes on" "$work/pp.log" \
+    || fail "pipeline 2: rank $rank did not log the failed save at 6: $(grep -i "not saved" "$work/pp.log")"
+done
+grep -qE "iteration +8/ +8 " "$work/pp.log" || fail "pipeline 2: training did not go on to iteration 8"
+check_untouched "pipeline 2"
+echo "disk_full_test: failed saves left iteration 4 intact; go-on and stop modes as expected," \
+  "also for a sharded save at pipeline 2"
