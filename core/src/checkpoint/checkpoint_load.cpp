@@ -196,6 +196,15 @@ Tensor narrow(const Tensor& wide, DType dtype) {
   return out;
 }
 
+// Copies the f32 `target` a half-precision `out` was read into back into `out` (nothing when the
+// read went straight into `out`).
+void narrow_into(Tensor& out, const Tensor& target, bool half) {
+  if (!half) return;
+  Tensor narrowed = out.dtype() == DType::bf16 ? narrow<bf16>(target, DType::bf16)
+                                               : narrow<f16>(target, DType::f16);
+  std::memcpy(out.raw_data(), narrowed.raw_data(), out.nbytes());
+}
+
 Tensor read_tensor(hid_t dataset, const std::string& name) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   Handle space(H5Dget_space(dataset), H5Sclose);
@@ -446,6 +455,17 @@ void CheckpointReader::read_slice(const std::string& name, int partition_dim,
   Handle dataset(H5Dopen2(impl_->root.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   Handle file_space(dataset.valid() ? H5Dget_space(dataset.get()) : H5I_INVALID_HID, H5Sclose);
   if (!file_space.valid()) throw Error(where + "cannot open it" + hdf5_reason());
+  if (detail::direct_chunks(dataset.get(), memory_type(target.dtype()))) {
+    const std::optional<std::string> damage =
+        detail::read_chunks(dataset.get(), name, detail::stored_dims(global), target.element_size(),
+                            target.raw_data(), partition_dim, runs);
+    if (damage && !damage->empty())
+      throw CheckpointDamagedError("checkpoint " + file_.string() + ": " + *damage);
+    if (damage) {
+      narrow_into(out, target, half);
+      return;
+    }
+  }
   Handle memory_space;
   if (partition_dim >= 0) {
     std::vector<hsize_t> start(global.size(), 0), count(global.begin(), global.end());
@@ -470,11 +490,7 @@ void CheckpointReader::read_slice(const std::string& name, int partition_dim,
     throw CheckpointDamagedError("checkpoint " + file_.string() + ": " +
                                  detail::damage_message(name));
   }
-  if (half) {
-    Tensor narrowed = out.dtype() == DType::bf16 ? narrow<bf16>(target, DType::bf16)
-                                                 : narrow<f16>(target, DType::f16);
-    std::memcpy(out.raw_data(), narrowed.raw_data(), out.nbytes());
-  }
+  narrow_into(out, target, half);
 }
 
 }  // namespace megatron::checkpoint

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_files.h"
+#include "checkpoint/chunk_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_io.h"
 #include "checkpoint/tensor_layout.h"
@@ -144,6 +145,16 @@ Shape slice_shape(const std::string& name, const TensorSlice& s) {
   return shape;
 }
 
+// Whether a slice's rows sit in the tensor where they sit in the slice (no partition, or runs
+// whose local and global offsets agree).
+bool in_file_order(const TensorSlice& s) {
+  for (const ShardRun& run : s.runs) {
+    if (s.partition_dim >= 0 && run.length > 0 && run.local_offset != run.global_offset)
+      return false;
+  }
+  return true;
+}
+
 // Dataset transfer properties: collective under MPI, because HDF5 writes checksummed (filtered)
 // chunks only collectively; it merges the pieces several ranks give one chunk.
 Handle transfer_properties([[maybe_unused]] bool collective) {
@@ -175,6 +186,14 @@ std::string write_slice(hid_t dataset, const std::string& name, const Declared& 
                     ", expected " + shape_str(local_shape));
       }
       data = detail::stored_form(s->local);
+      // One process holding the whole tensor in the file's order writes its chunks directly
+      // (Note [Direct chunk I/O]); HDF5 1.10 has no direct chunk I/O over MPI-IO.
+      if (!collective && data.numel() > 0 && local_shape == s->global_shape && in_file_order(*s) &&
+          detail::direct_chunks(dataset, detail::stored_types(declared.dtype).memory)) {
+        const std::vector<hsize_t> dims = detail::stored_dims(s->global_shape);
+        detail::write_chunks(dataset, name, dims, data.element_size(), data.raw_data());
+        return problem;
+      }
       if (s->partition_dim >= 0 && data.numel() > 0) {
         std::vector<hsize_t> start(s->global_shape.size(), 0),
             count(s->global_shape.begin(), s->global_shape.end());

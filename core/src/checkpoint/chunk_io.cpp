@@ -3,6 +3,7 @@
 #include "checkpoint/chunk_io.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "checkpoint/fletcher32.h"
@@ -15,6 +16,36 @@ namespace megatron::checkpoint::detail {
 namespace {
 
 constexpr std::size_t kChecksumBytes = 4;
+
+// Which part of a tensor a read wants: everything (dim < 0), or along `dim` the rows of `runs`,
+// each placed at its local offset in the output.
+struct Selection {
+  int dim = -1;
+  std::vector<ShardRun> runs;
+
+  // The output's dimensions for a tensor of `dims`.
+  std::vector<hsize_t> dims(const std::vector<hsize_t>& global) const {
+    std::vector<hsize_t> out = global;
+    if (dim < 0) return out;
+    hsize_t rows = 0;
+    for (const ShardRun& run : runs)
+      rows += hsize_t(run.length);
+    out[std::size_t(dim)] = rows;
+    return out;
+  }
+
+  // Maps a global index along `dim` to its output index; false when no run holds it.
+  bool local(hsize_t global, hsize_t& out) const {
+    for (const ShardRun& run : runs) {
+      if (global >= hsize_t(run.global_offset) &&
+          global < hsize_t(run.global_offset + run.length)) {
+        out = hsize_t(run.local_offset) + (global - hsize_t(run.global_offset));
+        return true;
+      }
+    }
+    return false;
+  }
+};
 
 // The chunk grid of a dataset and the walk over it, last dimension fastest.
 struct ChunkGrid {
@@ -48,26 +79,76 @@ struct ChunkGrid {
   // contiguous, the chunk buffer full chunk size, both row-major.
   template <typename Copy>
   void for_each_row(const std::vector<hsize_t>& origin, Copy copy) const {
+    for_each_segment(origin, Selection{}, copy);
+  }
+
+  // The same for a selection: only the parts inside the selection's runs, with offsets into the
+  // selected tensor (the runs' rows at their local offsets, dimensions as selected.dims()).
+  template <typename Copy>
+  void for_each_segment(const std::vector<hsize_t>& origin, const Selection& selection,
+                        Copy copy) const {
     const std::size_t rank = dims.size();
-    std::vector<hsize_t> extent(rank), index(rank, 0);
+    const std::size_t last = rank - 1;
+    const std::vector<hsize_t> out_dims = selection.dims(dims);
+    std::vector<hsize_t> extent(rank), index(rank, 0), at(rank);
     for (std::size_t d = 0; d < rank; ++d)
       extent[d] = std::min(chunk[d], dims[d] - origin[d]);
-    const std::size_t run = extent[rank - 1] * element_bytes;
-    for (;;) {
-      std::size_t tensor_offset = 0, chunk_offset = 0;
-      for (std::size_t d = 0; d < rank; ++d) {
-        tensor_offset = tensor_offset * dims[d] + origin[d] + index[d];
-        chunk_offset = chunk_offset * chunk[d] + index[d];
+    // The pieces of the chunk's columns [origin, origin + extent) to copy: (first column in the
+    // chunk, column in the output, columns).
+    std::vector<std::array<hsize_t, 3>> pieces;
+    if (selection.dim == int(last)) {
+      for (const ShardRun& run : selection.runs) {
+        const hsize_t from = std::max<hsize_t>(origin[last], hsize_t(run.global_offset));
+        const hsize_t to =
+            std::min<hsize_t>(origin[last] + extent[last], hsize_t(run.global_offset + run.length));
+        if (from < to) {
+          pieces.push_back({from - origin[last],
+                            hsize_t(run.local_offset) + (from - hsize_t(run.global_offset)),
+                            to - from});
+        }
       }
-      copy(tensor_offset * element_bytes, chunk_offset * element_bytes, run);
+    } else {
+      pieces.push_back({0, origin[last], extent[last]});
+    }
+    for (;;) {
+      bool inside = true;
+      for (std::size_t d = 0; d < last; ++d) {
+        at[d] = origin[d] + index[d];
+        if (int(d) == selection.dim) inside = inside && selection.local(at[d], at[d]);
+      }
+      if (inside) {
+        std::size_t out_row = 0, chunk_row = 0;
+        for (std::size_t d = 0; d < last; ++d) {
+          out_row = out_row * out_dims[d] + at[d];
+          chunk_row = chunk_row * chunk[d] + index[d];
+        }
+        for (const auto& [in_chunk, in_out, columns] : pieces) {
+          copy((out_row * out_dims[last] + in_out) * element_bytes,
+               (chunk_row * chunk[last] + in_chunk) * element_bytes, columns * element_bytes);
+        }
+      }
       // The next row of the tile: dimensions before the last, last-but-one fastest.
-      std::size_t d = rank - 1;
+      std::size_t d = last;
       while (d-- > 0) {
         if (++index[d] < extent[d]) break;
         index[d] = 0;
       }
       if (d == std::size_t(-1)) return;
     }
+  }
+
+  // Whether the chunk at `origin` holds anything the selection wants.
+  bool selected(const std::vector<hsize_t>& origin, const Selection& selection) const {
+    if (selection.dim < 0) return true;
+    const auto d = static_cast<std::size_t>(selection.dim);
+    const hsize_t end = std::min(origin[d] + chunk[d], dims[d]);
+    for (const ShardRun& run : selection.runs) {
+      if (run.length > 0 && hsize_t(run.global_offset) < end &&
+          origin[d] < hsize_t(run.global_offset + run.length)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   // Where the chunk at `origin` starts in the tensor, in bytes, when it is one contiguous run of
@@ -145,14 +226,29 @@ void write_chunks(hid_t dataset, const std::string& name, const std::vector<hsiz
 
 std::optional<std::string> read_chunks(hid_t dataset, const std::string& name,
                                        const std::vector<hsize_t>& dims, std::size_t element_bytes,
-                                       void* out) {
+                                       void* out, int partition_dim,
+                                       const std::vector<ShardRun>& runs) {
   const ChunkGrid grid = grid_of(dataset, dims, element_bytes);
+  const Selection selection{partition_dim, partition_dim < 0 ? std::vector<ShardRun>{} : runs};
+  if (selection.dim >= int(dims.size())) return std::nullopt;
+  if (selection.dim >= 0) {
+    // Each run must land inside the output; HDF5 checks the rest of a selection itself.
+    const hsize_t rows = selection.dims(dims)[std::size_t(selection.dim)];
+    for (const ShardRun& run : selection.runs) {
+      if (run.local_offset < 0 || run.length < 0 || run.global_offset < 0 ||
+          hsize_t(run.local_offset + run.length) > rows ||
+          hsize_t(run.global_offset + run.length) > dims[std::size_t(selection.dim)]) {
+        return std::nullopt;
+      }
+    }
+  }
   const std::size_t stored_bytes = grid.chunk_bytes + kChecksumBytes;
   std::size_t tensor_bytes = element_bytes;
   for (const hsize_t d : dims)
     tensor_bytes *= d;
   std::vector<char> buffer(stored_bytes);
   for (const std::vector<hsize_t>& origin : grid.origins()) {
+    if (!grid.selected(origin, selection)) continue;
     unsigned filters = 0;
     haddr_t address = HADDR_UNDEF;
     hsize_t size = 0;
@@ -164,7 +260,8 @@ std::optional<std::string> read_chunks(hid_t dataset, const std::string& name,
     // A chunk that is a contiguous run of the tensor, with 4 bytes of the tensor after it, is
     // read in place (those 4 bytes, which receive the checksum, are put back after), saving the
     // copy out of the buffer.
-    const std::optional<std::size_t> at = out ? grid.contiguous_at(origin) : std::nullopt;
+    const std::optional<std::size_t> at =
+        out && selection.dim < 0 ? grid.contiguous_at(origin) : std::nullopt;
     const bool in_place = at && *at + stored_bytes <= tensor_bytes;
     char* chunk = in_place ? static_cast<char*>(out) + *at : buffer.data();
     char after[kChecksumBytes];
@@ -182,9 +279,10 @@ std::optional<std::string> read_chunks(hid_t dataset, const std::string& name,
              where(origin) + ")";
     }
     if (!out || in_place) continue;
-    grid.for_each_row(origin, [&](std::size_t offset, std::size_t in_chunk, std::size_t bytes) {
-      std::memcpy(static_cast<char*>(out) + offset, buffer.data() + in_chunk, bytes);
-    });
+    grid.for_each_segment(
+        origin, selection, [&](std::size_t offset, std::size_t in_chunk, std::size_t bytes) {
+          std::memcpy(static_cast<char*>(out) + offset, buffer.data() + in_chunk, bytes);
+        });
   }
   return std::string();
 }

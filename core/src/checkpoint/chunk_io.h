@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "megatron/nn/parameter.h"
+
 namespace megatron::checkpoint::detail {
 
 // Note [Direct chunk I/O]
@@ -18,10 +20,12 @@ namespace megatron::checkpoint::detail {
 //   is who computes the checksum: HDF5 1.10's scalar loop ran at ~4 GB/s and was most of a
 //   load's time (59% of `checkpoint_bench` Load in perf), and replacing the predefined filter is
 //   refused by H5Zregister. So single-process saves write each chunk with H5Dwrite_chunk and
-//   loads and `inspect --verify` read each with H5Dread_chunk, checksumming with fletcher32()
+//   loads (each rank opens the file alone, read-only) and `inspect --verify` read each with
+//   H5Dread_chunk, checksumming with fletcher32()
 //   (SIMD lanes, bit-identical to HDF5's value). Where that does not apply, HDF5 does the work
 //   as before: files opened over MPI-IO (HDF5 1.10 has no direct chunk I/O in parallel), stored
-//   types that differ from the memory type, other filters, and slices (read_slice).
+//   types that differ from the memory type, and other filters. Loads read only the chunks their
+//   slice touches, so a damaged chunk fails exactly the reads that touch it, as through HDF5.
 
 // Whether `dataset`'s chunks can be moved here: chunked with Fletcher32 as its only filter, its
 // stored type byte-identical to `memory_type`, in a file opened with the sec2 driver.
@@ -34,12 +38,15 @@ void write_chunks(hid_t dataset, const std::string& name, const std::vector<hsiz
                   std::size_t element_bytes, const void* data);
 
 // Reads every chunk, checks its checksum, and copies its elements into `out` (contiguous,
-// row-major) or, with `out` null, only checks. Returns "" when every chunk is intact, the
-// "tensor '<name>' is damaged: ..." message naming the first bad chunk otherwise, or nullopt when
-// a chunk is not stored as write_chunks stores it (its filter skipped, another size): the caller
-// then reads through HDF5, which knows those cases.
+// row-major) or, with `out` null, only checks. With `partition_dim` >= 0 only the chunks holding
+// the rows of `runs` along that dimension are read, and `out` holds just those rows, each run at
+// its local offset (a tensor-parallel shard, as CheckpointReader::read_slice reads one). Returns ""
+// when every chunk is intact, the "tensor '<name>' is damaged: ..." message naming the first bad
+// chunk otherwise, or nullopt when a chunk is not stored as write_chunks stores it (its filter
+// skipped, another size): the caller then reads through HDF5, which knows those cases.
 std::optional<std::string> read_chunks(hid_t dataset, const std::string& name,
                                        const std::vector<hsize_t>& dims, std::size_t element_bytes,
-                                       void* out);
+                                       void* out, int partition_dim = -1,
+                                       const std::vector<ShardRun>& runs = {});
 
 }  // namespace megatron::checkpoint::detail
