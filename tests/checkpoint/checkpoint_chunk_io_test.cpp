@@ -85,6 +85,29 @@ TEST(Fletcher32, EqualsTheChecksumHdf5sFilterStores) {
   }
 }
 
+// A chunk read in scattered pieces (rows of a tile, window boundaries) is checked piece by piece.
+TEST(Fletcher32, PiecesGiveTheValueOfTheWhole) {
+  std::mt19937 random(7);
+  for (const std::size_t length : {std::size_t(0), std::size_t(1), std::size_t(2), std::size_t(64),
+                                   std::size_t(721), std::size_t(46081), std::size_t(1) << 20}) {
+    std::vector<unsigned char> bytes(length);
+    for (unsigned char& b : bytes)
+      b = static_cast<unsigned char>(random());
+    for (int cut = 0; cut < 8; ++cut) {
+      detail::Fletcher32 sum;
+      std::size_t at = 0;
+      while (at < length) {
+        // Pieces of 1 byte up to past a lane block (23040 bytes), of odd lengths too.
+        std::size_t piece = 1 + random() % (cut < 4 ? 80 : 30000);
+        if (at + piece >= length) piece = length - at;
+        sum.add(bytes.data() + at, piece);
+        at += piece;
+      }
+      EXPECT_EQ(sum.value(), detail::fletcher32(bytes.data(), length)) << length << " " << cut;
+    }
+  }
+}
+
 TEST(Fletcher32, AcceptsTheByteSwappedValueOldHdf5Wrote) {
   EXPECT_TRUE(detail::fletcher32_accepts(0x12345678u, 0x12345678u));
   EXPECT_TRUE(detail::fletcher32_accepts(0x34127856u, 0x12345678u));
@@ -229,6 +252,33 @@ TEST(DirectChunks, SlicesAlongAnyDimensionReadOnlyTheirRows) {
     reader.read_slice(c.name, c.dim, c.runs, half);
     EXPECT_EQ(half.dtype(), DType::bf16);
   }
+}
+
+// Whole chunks start on 4 KiB boundaries of the file, so the kernel's copies between the page
+// cache and a tensor are aligned (Note [Direct chunk I/O]); small ones are packed.
+TEST(DirectChunks, LargeChunksStartOnPageBoundaries) {
+  TempDir dir;
+  CheckpointState s;
+  s.iteration = 1;
+  s.tensors["wide"] = testing::ramp({600, 2500}, 0.5f, 1.0f);  // 1 MiB tiles and edge tiles
+  s.tensors["small"] = testing::ramp({5, 7}, 0.5f, 1.0f);
+  const auto file = save_checkpoint(dir.path(), s);
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, "wide", H5P_DEFAULT);
+  const hid_t space = H5Dget_space(d);
+  hsize_t chunks = 0;
+  ASSERT_GE(H5Dget_num_chunks(d, space, &chunks), 0);
+  EXPECT_EQ(chunks, 9u);  // [256, 1024] tiles: 3 x 3
+  for (hsize_t i = 0; i < chunks; ++i) {
+    hsize_t offset[2] = {}, size = 0;
+    unsigned mask = 0;
+    haddr_t address = 0;
+    ASSERT_GE(H5Dget_chunk_info(d, space, i, offset, &mask, &address, &size), 0);
+    EXPECT_EQ(address % 4096, 0u) << "chunk " << i << " at " << address;
+  }
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(f);
 }
 
 }  // namespace

@@ -118,15 +118,13 @@ std::string chunk_damage(hid_t dataset, const std::string& name, const std::vect
     const bool found =
         H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &address, &size) >= 0;
     hdf5_error_detail();  // clears the stack of a failed lookup
-    std::string where;
-    for (const hsize_t o : offset)
-      where += (where.empty() ? "" : ", ") + std::to_string(o);
+    const std::string where = detail::chunk_origin_text(offset);
     if (!found || address == HADDR_UNDEF) {
-      return fmt::format("tensor '{}' is damaged: its chunk at [{}] is missing", name, where);
+      return fmt::format("tensor '{}' is damaged: its chunk at {} is missing", name, where);
     }
     if (size > limit || address > file_bytes || size > file_bytes - address) {
       return fmt::format(
-          "tensor '{}' is damaged: its chunk at [{}] claims {} bytes at offset {} "
+          "tensor '{}' is damaged: its chunk at {} claims {} bytes at offset {} "
           "(at most {} bytes, within the file's {})",
           name, where, size, address, limit, file_bytes);
     }

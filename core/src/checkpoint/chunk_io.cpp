@@ -1,10 +1,17 @@
-// Direct chunk I/O of whole tensors: tiles copied between the tensor and a chunk buffer, the
-// Fletcher32 checksum appended on write and checked on read (Note [Direct chunk I/O]).
+// Direct chunk I/O of tensors: tiles copied from the tensor into a chunk buffer and written with
+// their Fletcher32 checksum; read with scattered reads straight into the tensor's rows and checked
+// there (Note [Direct chunk I/O]).
 #include "checkpoint/chunk_io.h"
+
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <climits>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/hdf5_util.h"
@@ -151,16 +158,6 @@ struct ChunkGrid {
     return false;
   }
 
-  // Where the chunk at `origin` starts in the tensor, in bytes, when it is one contiguous run of
-  // it (whole rows of every dimension after the first, and inside the first); nullopt otherwise.
-  std::optional<std::size_t> contiguous_at(const std::vector<hsize_t>& origin) const {
-    for (std::size_t d = 1; d < dims.size(); ++d) {
-      if (chunk[d] != dims[d]) return std::nullopt;
-    }
-    if (origin[0] + chunk[0] > dims[0]) return std::nullopt;
-    return origin[0] * (chunk_bytes / chunk[0]);
-  }
-
   bool partial(const std::vector<hsize_t>& origin) const {
     for (std::size_t d = 0; d < dims.size(); ++d) {
       if (origin[d] + chunk[d] > dims[d]) return true;
@@ -181,11 +178,119 @@ ChunkGrid grid_of(hid_t dataset, const std::vector<hsize_t>& dims, std::size_t e
   return grid;
 }
 
-std::string where(const std::vector<hsize_t>& origin) {
-  std::string text;
-  for (const hsize_t o : origin)
-    text += (text.empty() ? "" : ", ") + std::to_string(o);
-  return "[" + text + "]";
+// Part of a chunk's bytes, from `in_chunk` on, and where a read puts them.
+struct ChunkPiece {
+  std::size_t in_chunk;
+  char* to;
+  std::size_t bytes;
+};
+
+// A chunk-sized buffer for the bytes of a chunk nobody wants, allocated (not cleared: it is
+// only read into) when a chunk first has such bytes; most loads never need it.
+struct Scratch {
+  std::size_t bytes;
+  std::unique_ptr<char[]> buffer;
+  char* get() {
+    if (!buffer) buffer = std::make_unique_for_overwrite<char[]>(bytes);
+    return buffer.get();
+  }
+};
+
+// Chunks are read and checksummed in windows of this many bytes, so the checksum reads what the
+// read just wrote from the core's cache instead of from memory.
+constexpr std::size_t kWindowBytes = std::size_t(256) << 10;
+
+// The sec2 file descriptor of `dataset`'s file when that file is open read-only (a file open for
+// writing may hold chunks in HDF5's buffers that are not in the file yet).
+std::optional<int> read_only_descriptor(hid_t dataset) {
+  Handle file(H5Iget_file_id(dataset), H5Fclose);
+  unsigned intent = 0;
+  void* handle = nullptr;
+  if (!file.valid() || H5Fget_intent(file.get(), &intent) < 0 || (intent & H5F_ACC_RDWR) ||
+      H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &handle) < 0 || !handle) {
+    hdf5_error_detail();
+    return std::nullopt;
+  }
+  return *static_cast<int*>(handle);  // sec2's handle is its descriptor (direct_chunks checks)
+}
+
+// preadv of all of `iov` from `offset`, resuming after short reads; "" or why it failed.
+std::string read_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov) {
+  std::size_t next = 0;
+  while (next < iov.size()) {
+    const int count = int(std::min<std::size_t>(iov.size() - next, IOV_MAX));
+    const ssize_t got = ::preadv(fd, iov.data() + next, count, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return std::strerror(errno);
+    if (got == 0) return "the file ends inside it";
+    offset += std::uint64_t(got);
+    for (std::size_t left = std::size_t(got); left > 0;) {
+      const std::size_t take = std::min(left, iov[next].iov_len);
+      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + take;
+      iov[next].iov_len -= take;
+      left -= take;
+      if (iov[next].iov_len == 0) ++next;
+    }
+    while (next < iov.size() && iov[next].iov_len == 0)
+      ++next;
+  }
+  return "";
+}
+
+// Reads the chunk of `chunk_bytes` (> 0) stored at `address`, its data and then the 4-byte
+// checksum into `written`, in one scattered read per window: `pieces` (sorted here; they must not
+// overlap) into their destinations, the rest into `scratch`. Adds every data byte to `sum` in chunk
+// order. nullopt, or why the read failed.
+std::optional<std::string> read_chunk(int fd, haddr_t address, std::size_t chunk_bytes,
+                                      std::vector<ChunkPiece>& pieces, Scratch& scratch,
+                                      Fletcher32& sum, std::uint32_t& written) {
+  const auto by_position = [](const ChunkPiece& a, const ChunkPiece& b) {
+    return a.in_chunk < b.in_chunk;
+  };
+  if (!std::is_sorted(pieces.begin(), pieces.end(), by_position))
+    std::sort(pieces.begin(), pieces.end(), by_position);
+  // The whole chunk in order, gaps into the scratch buffer, cut at window boundaries;
+  // neighbours in memory within a window merged. starts: where each window's entries begin.
+  std::vector<iovec> iov;
+  std::vector<std::size_t> starts;
+  std::size_t at = 0;  // bytes of the chunk placed so far
+  const auto add = [&](char* to, std::size_t bytes) {
+    while (bytes > 0) {
+      const std::size_t take = std::min(bytes, kWindowBytes - at % kWindowBytes);
+      if (at % kWindowBytes == 0) {
+        starts.push_back(iov.size());
+        iov.push_back({to, take});
+      } else if (static_cast<char*>(iov.back().iov_base) + iov.back().iov_len == to) {
+        iov.back().iov_len += take;
+      } else {
+        iov.push_back({to, take});
+      }
+      at += take;
+      to += take;
+      bytes -= take;
+    }
+  };
+  for (const ChunkPiece& piece : pieces) {
+    if (piece.in_chunk > at) add(scratch.get() + at, piece.in_chunk - at);
+    add(piece.to, piece.bytes);
+  }
+  if (at < chunk_bytes) add(scratch.get() + at, chunk_bytes - at);
+  starts.push_back(iov.size());
+  unsigned char checksum[kChecksumBytes];
+  std::vector<iovec> unread;  // read_fully advances it
+  for (std::size_t w = 0; w + 1 < starts.size(); ++w) {
+    unread.assign(iov.begin() + std::ptrdiff_t(starts[w]),
+                  iov.begin() + std::ptrdiff_t(starts[w + 1]));
+    if (w + 2 == starts.size()) unread.push_back({checksum, kChecksumBytes});
+    if (std::string error = read_fully(fd, address + w * kWindowBytes, unread); !error.empty())
+      return error;
+    for (std::size_t i = starts[w]; i < starts[w + 1]; ++i)
+      sum.add(iov[i].iov_base, iov[i].iov_len);
+  }
+  written = 0;
+  for (std::size_t b = 0; b < kChecksumBytes; ++b)  // little-endian, as HDF5's filter stores it
+    written |= std::uint32_t(checksum[b]) << (8 * b);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -218,7 +323,7 @@ void write_chunks(hid_t dataset, const std::string& name, const std::vector<hsiz
     for (std::size_t b = 0; b < kChecksumBytes; ++b)  // little-endian, as HDF5's filter stores it
       buffer[grid.chunk_bytes + b] = static_cast<char>((checksum >> (8 * b)) & 0xff);
     if (H5Dwrite_chunk(dataset, H5P_DEFAULT, 0, origin.data(), buffer.size(), buffer.data()) < 0) {
-      throw Error("cannot write chunk " + where(origin) + " of dataset '" + name + "'" +
+      throw Error("cannot write chunk " + chunk_origin_text(origin) + " of dataset '" + name + "'" +
                   hdf5_reason());
     }
   }
@@ -232,57 +337,59 @@ std::optional<std::string> read_chunks(hid_t dataset, const std::string& name,
   const Selection selection{partition_dim, partition_dim < 0 ? std::vector<ShardRun>{} : runs};
   if (selection.dim >= int(dims.size())) return std::nullopt;
   if (selection.dim >= 0) {
-    // Each run must land inside the output; HDF5 checks the rest of a selection itself.
+    // Each run must land inside the output and read rows no other run reads (a chunk's bytes go
+    // to one place each); HDF5 checks the rest of a selection itself.
     const hsize_t rows = selection.dims(dims)[std::size_t(selection.dim)];
+    std::vector<std::pair<hsize_t, hsize_t>> spans;
     for (const ShardRun& run : selection.runs) {
       if (run.local_offset < 0 || run.length < 0 || run.global_offset < 0 ||
           hsize_t(run.local_offset + run.length) > rows ||
           hsize_t(run.global_offset + run.length) > dims[std::size_t(selection.dim)]) {
         return std::nullopt;
       }
+      if (run.length > 0) spans.emplace_back(run.global_offset, run.global_offset + run.length);
+    }
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) {
+      if (spans[i].first < spans[i - 1].second) return std::nullopt;
     }
   }
+  const std::optional<int> fd = read_only_descriptor(dataset);
+  if (!fd) return std::nullopt;
   const std::size_t stored_bytes = grid.chunk_bytes + kChecksumBytes;
-  std::size_t tensor_bytes = element_bytes;
-  for (const hsize_t d : dims)
-    tensor_bytes *= d;
-  std::vector<char> buffer(stored_bytes);
+  Scratch scratch{grid.chunk_bytes, nullptr};
+  char* const tensor = static_cast<char*>(out);
+  std::vector<ChunkPiece> pieces;
   for (const std::vector<hsize_t>& origin : grid.origins()) {
     if (!grid.selected(origin, selection)) continue;
     unsigned filters = 0;
     haddr_t address = HADDR_UNDEF;
     hsize_t size = 0;
     if (H5Dget_chunk_info_by_coord(dataset, origin.data(), &filters, &address, &size) < 0 ||
-        filters != 0 || size != stored_bytes) {
+        filters != 0 || size != stored_bytes || address == HADDR_UNDEF) {
       hdf5_error_detail();  // clears the stack; HDF5's own read will say what is wrong
       return std::nullopt;
     }
-    // A chunk that is a contiguous run of the tensor, with 4 bytes of the tensor after it, is
-    // read in place (those 4 bytes, which receive the checksum, are put back after), saving the
-    // copy out of the buffer.
-    const std::optional<std::size_t> at =
-        out && selection.dim < 0 ? grid.contiguous_at(origin) : std::nullopt;
-    const bool in_place = at && *at + stored_bytes <= tensor_bytes;
-    char* chunk = in_place ? static_cast<char*>(out) + *at : buffer.data();
-    char after[kChecksumBytes];
-    if (in_place) std::memcpy(after, chunk + grid.chunk_bytes, kChecksumBytes);
-    std::uint32_t read_filters = 0;
-    const bool read = H5Dread_chunk(dataset, H5P_DEFAULT, origin.data(), &read_filters, chunk) >= 0;
+    // The chunk's bytes go straight where the output wants them and the rest (edge padding,
+    // rows outside the selection, everything when only checking) into the scratch buffer.
+    pieces.clear();
+    if (tensor) {
+      grid.for_each_segment(origin, selection,
+                            [&](std::size_t offset, std::size_t in_chunk, std::size_t bytes) {
+                              pieces.push_back({in_chunk, tensor + offset, bytes});
+                            });
+    }
+    Fletcher32 sum;
     std::uint32_t written = 0;
-    for (std::size_t b = 0; b < kChecksumBytes; ++b)
-      written |= std::uint32_t(static_cast<unsigned char>(chunk[grid.chunk_bytes + b])) << (8 * b);
-    if (in_place) std::memcpy(chunk + grid.chunk_bytes, after, kChecksumBytes);
-    if (!read) return damage_message(name) + " (chunk at " + where(origin) + ")";
-    if (!fletcher32_accepts(written, fletcher32(chunk, grid.chunk_bytes))) {
+    const std::optional<std::string> error =
+        read_chunk(*fd, address, grid.chunk_bytes, pieces, scratch, sum, written);
+    if (error)
+      return damage_message(name) + " (chunk at " + chunk_origin_text(origin) + ": " + *error + ")";
+    if (!fletcher32_accepts(written, sum.value())) {
       return "tensor '" + name +
              "' is damaged: its data fails the checksum written when it was saved (chunk at " +
-             where(origin) + ")";
+             chunk_origin_text(origin) + ")";
     }
-    if (!out || in_place) continue;
-    grid.for_each_segment(
-        origin, selection, [&](std::size_t offset, std::size_t in_chunk, std::size_t bytes) {
-          std::memcpy(static_cast<char*>(out) + offset, buffer.data() + in_chunk, bytes);
-        });
   }
   return std::string();
 }

@@ -19,13 +19,19 @@ namespace megatron::checkpoint::detail {
 //   so HDF5, h5py and the collective sharded saves read and write the same bytes. What changes
 //   is who computes the checksum: HDF5 1.10's scalar loop ran at ~4 GB/s and was most of a
 //   load's time (59% of `checkpoint_bench` Load in perf), and replacing the predefined filter is
-//   refused by H5Zregister. So single-process saves write each chunk with H5Dwrite_chunk and
-//   loads (each rank opens the file alone, read-only) and `inspect --verify` read each with
-//   H5Dread_chunk, checksumming with fletcher32()
-//   (SIMD lanes, bit-identical to HDF5's value). Where that does not apply, HDF5 does the work
-//   as before: files opened over MPI-IO (HDF5 1.10 has no direct chunk I/O in parallel), stored
-//   types that differ from the memory type, and other filters. Loads read only the chunks their
-//   slice touches, so a damaged chunk fails exactly the reads that touch it, as through HDF5.
+//   refused by H5Zregister. So single-process saves write each chunk with H5Dwrite_chunk
+//   (checksummed here with fletcher32(): SIMD lanes, bit-identical to HDF5's value), and loads
+//   (each rank opens the file alone, read-only) and `inspect --verify` read each chunk themselves:
+//   H5Dget_chunk_info_by_coord gives its place in the file and one preadv per 256 KiB window
+//   scatters its bytes straight into the rows of the tensor they belong to (a tile of a wide
+//   matrix, a tensor-parallel slice), so no byte is copied twice, and the checksum is summed
+//   over those pieces (Fletcher32, streaming) while the window is still in the core's cache.
+//   Where that does not apply, HDF5 does the work as before: files opened over MPI-IO (HDF5 1.10
+//   has no direct chunk I/O in parallel) or for writing, stored types that differ from the memory
+//   type, other filters, chunks stored otherwise (filter skipped, another size). Loads read only
+//   the chunks their slice touches, so a damaged chunk fails exactly the reads that touch it, as
+//   through HDF5. Chunks start on 4 KiB boundaries of the file (align_large_objects in
+//   hdf5_util.cpp): the kernel's copy is 4x slower between buffers not 32-byte aligned alike.
 
 // Whether `dataset`'s chunks can be moved here: chunked with Fletcher32 as its only filter, its
 // stored type byte-identical to `memory_type`, in a file opened with the sec2 driver.
@@ -37,13 +43,13 @@ bool direct_chunks(hid_t dataset, hid_t memory_type);
 void write_chunks(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
                   std::size_t element_bytes, const void* data);
 
-// Reads every chunk, checks its checksum, and copies its elements into `out` (contiguous,
+// Reads every chunk, checks its checksum, and puts its elements into `out` (contiguous,
 // row-major) or, with `out` null, only checks. With `partition_dim` >= 0 only the chunks holding
 // the rows of `runs` along that dimension are read, and `out` holds just those rows, each run at
 // its local offset (a tensor-parallel shard, as CheckpointReader::read_slice reads one). Returns ""
 // when every chunk is intact, the "tensor '<name>' is damaged: ..." message naming the first bad
 // chunk otherwise, or nullopt when a chunk is not stored as write_chunks stores it (its filter
-// skipped, another size): the caller then reads through HDF5, which knows those cases.
+// skipped, another size) or the file is open for writing: the caller then reads through HDF5.
 std::optional<std::string> read_chunks(hid_t dataset, const std::string& name,
                                        const std::vector<hsize_t>& dims, std::size_t element_bytes,
                                        void* out, int partition_dim = -1,

@@ -60,12 +60,21 @@ void lane_sums(const unsigned char* p, std::size_t steps, LaneSums& out) {
 
 }  // namespace
 
-std::uint32_t fletcher32(const void* data, std::size_t bytes) {
+void Fletcher32::add_word(std::uint64_t word) {
+  nonzero_ = nonzero_ || word != 0;
+  a_ = (a_ + word) % kModulus;
+  b_ = (b_ + a_) % kModulus;
+}
+
+void Fletcher32::add(const void* data, std::size_t bytes) {
   const auto* p = static_cast<const unsigned char*>(data);
+  if (pending_ >= 0 && bytes > 0) {
+    add_word((std::uint64_t(pending_) << 8) | p[0]);
+    pending_ = -1;
+    ++p;
+    --bytes;
+  }
   std::size_t words = bytes / 2;
-  // A and B: S1 and S2 so far modulo 65535; nonzero: whether any word was not zero.
-  std::uint64_t a = 0, b = 0;
-  bool nonzero = false;
   LaneSums lanes;
   while (words >= kLanes) {
     const std::size_t steps = std::min(kMaxSteps, words / kLanes);
@@ -80,24 +89,30 @@ std::uint32_t fletcher32(const void* data, std::size_t bytes) {
     }
     const std::uint64_t block2 = kLanes * lane2 - lane_index;
     const std::uint64_t m = steps * kLanes;
-    nonzero = nonzero || block1 != 0;
-    b = (b + (m % kModulus) * a + block2 % kModulus) % kModulus;
-    a = (a + block1) % kModulus;
+    nonzero_ = nonzero_ || block1 != 0;
+    b_ = (b_ + (m % kModulus) * a_ + block2 % kModulus) % kModulus;
+    a_ = (a_ + block1) % kModulus;
     p += 2 * m;
     words -= m;
   }
-  const auto add_word = [&](std::uint64_t word) {
-    nonzero = nonzero || word != 0;
-    a = (a + word) % kModulus;
-    b = (b + a) % kModulus;
-  };
   for (; words > 0; --words, p += 2)
     add_word((std::uint64_t(p[0]) << 8) | p[1]);
-  if (bytes % 2) add_word(std::uint64_t(p[0]) << 8);
-  if (!nonzero) return 0;
-  const std::uint32_t sum1 = a == 0 ? 65535u : std::uint32_t(a);
-  const std::uint32_t sum2 = b == 0 ? 65535u : std::uint32_t(b);
+  if (bytes % 2) pending_ = p[0];
+}
+
+std::uint32_t Fletcher32::value() const {
+  Fletcher32 last = *this;
+  if (last.pending_ >= 0) last.add_word(std::uint64_t(last.pending_) << 8);
+  if (!last.nonzero_) return 0;
+  const std::uint32_t sum1 = last.a_ == 0 ? 65535u : std::uint32_t(last.a_);
+  const std::uint32_t sum2 = last.b_ == 0 ? 65535u : std::uint32_t(last.b_);
   return (sum2 << 16) | sum1;
+}
+
+std::uint32_t fletcher32(const void* data, std::size_t bytes) {
+  Fletcher32 sum;
+  sum.add(data, bytes);
+  return sum.value();
 }
 
 bool fletcher32_accepts(std::uint32_t stored, std::uint32_t computed) {

@@ -7,6 +7,25 @@
 
 namespace megatron::checkpoint::detail {
 
+// The checksum of a run of bytes given in pieces of any length, in order: the value fletcher32()
+// gives for their concatenation. Lets a chunk be checked where a scattered read put it, in the
+// rows of the tensor, without gathering it first.
+class Fletcher32 {
+ public:
+  void add(const void* data, std::size_t bytes);
+  std::uint32_t value() const;
+
+ private:
+  void add_word(std::uint64_t word);
+
+  // S1 and S2 so far modulo 65535, and whether any word was not zero.
+  std::uint64_t a_ = 0, b_ = 0;
+  bool nonzero_ = false;
+  // The first byte of a word a piece of odd length left unfinished (the next piece's first byte
+  // completes it; value() pads it with a zero byte, as HDF5 pads an odd length).
+  int pending_ = -1;
+};
+
 // The checksum HDF5's H5_checksum_fletcher32 gives for `bytes` bytes at `data` (16-bit big-endian
 // words, both sums folded modulo 65535 as HDF5 folds them; 0 for no bytes).
 std::uint32_t fletcher32(const void* data, std::size_t bytes);

@@ -12,6 +12,13 @@ std::vector<hsize_t> stored_dims(const Shape& shape) {
   return std::vector<hsize_t>(shape.begin(), shape.end());
 }
 
+std::string chunk_origin_text(const std::vector<hsize_t>& origin) {
+  std::string text;
+  for (const hsize_t o : origin)
+    text += (text.empty() ? "" : ", ") + std::to_string(o);
+  return "[" + text + "]";
+}
+
 std::vector<hsize_t> chunk_dims(const std::vector<hsize_t>& dims, std::size_t element_bytes) {
   const hsize_t budget =
       std::max<hsize_t>(1, kChunkBytes / std::max<std::size_t>(1, element_bytes));

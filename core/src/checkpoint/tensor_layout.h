@@ -34,6 +34,8 @@ inline constexpr const char* kScalarAttribute = "scalar";
 
 // The dataset dimensions a tensor of `shape` is stored with ([1] for a scalar).
 std::vector<hsize_t> stored_dims(const Shape& shape);
+// A chunk's origin as messages name it: "[256, 1024]".
+std::string chunk_origin_text(const std::vector<hsize_t>& origin);
 // The chunk of a dataset of `dims` (none of them zero).
 std::vector<hsize_t> chunk_dims(const std::vector<hsize_t>& dims, std::size_t element_bytes);
 // Dataset creation properties: checksummed chunks for data, fill values never written.
