@@ -214,7 +214,8 @@ std::optional<int> read_only_descriptor(hid_t dataset) {
   return *static_cast<int*>(handle);  // sec2's handle is its descriptor (direct_chunks checks)
 }
 
-// preadv of all of `iov` from `offset`, resuming after short reads; "" or why it failed.
+// preadv of all of `iov` (no empty entries) from `offset`, resuming after short reads; "" or
+// why it failed.
 std::string read_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov) {
   std::size_t next = 0;
   while (next < iov.size()) {
@@ -231,8 +232,6 @@ std::string read_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov) {
       left -= take;
       if (iov[next].iov_len == 0) ++next;
     }
-    while (next < iov.size() && iov[next].iov_len == 0)
-      ++next;
   }
   return "";
 }
@@ -244,11 +243,8 @@ std::string read_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov) {
 std::optional<std::string> read_chunk(int fd, haddr_t address, std::size_t chunk_bytes,
                                       std::vector<ChunkPiece>& pieces, Scratch& scratch,
                                       Fletcher32& sum, std::uint32_t& written) {
-  const auto by_position = [](const ChunkPiece& a, const ChunkPiece& b) {
-    return a.in_chunk < b.in_chunk;
-  };
-  if (!std::is_sorted(pieces.begin(), pieces.end(), by_position))
-    std::sort(pieces.begin(), pieces.end(), by_position);
+  std::sort(pieces.begin(), pieces.end(),
+            [](const ChunkPiece& a, const ChunkPiece& b) { return a.in_chunk < b.in_chunk; });
   // The whole chunk in order, gaps into the scratch buffer, cut at window boundaries;
   // neighbours in memory within a window merged. starts: where each window's entries begin.
   std::vector<iovec> iov;
