@@ -3,6 +3,7 @@
 // pipeline (which checks them); chunks HDF5 wrote, or stored without the checksum, load too.
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -104,6 +105,33 @@ TEST(Fletcher32, PiecesGiveTheValueOfTheWhole) {
         at += piece;
       }
       EXPECT_EQ(sum.value(), detail::fletcher32(bytes.data(), length)) << length << " " << cut;
+    }
+  }
+}
+
+// A save sums a chunk's rows while it gathers them: the copy holds every byte and the sum is the
+// whole's, for pieces of any length and alignment.
+TEST(Fletcher32, CopyingPiecesCopiesThemAndGivesTheValueOfTheWhole) {
+  std::mt19937 random(11);
+  for (const std::size_t length : {std::size_t(1), std::size_t(63), std::size_t(4096),
+                                   std::size_t(46081), std::size_t(1) << 20}) {
+    std::vector<unsigned char> bytes(length);
+    for (unsigned char& b : bytes)
+      b = static_cast<unsigned char>(random());
+    for (int cut = 0; cut < 4; ++cut) {
+      // One byte of slack before the copy, so pieces land at every alignment.
+      std::vector<unsigned char> copy(length + 1, 0xAB);
+      detail::Fletcher32 sum;
+      std::size_t at = 0;
+      while (at < length) {
+        std::size_t piece = 1 + random() % (cut < 2 ? 200 : 50000);
+        if (at + piece >= length) piece = length - at;
+        sum.add_copy(copy.data() + 1 + at, bytes.data() + at, piece);
+        at += piece;
+      }
+      EXPECT_EQ(sum.value(), detail::fletcher32(bytes.data(), length)) << length << " " << cut;
+      EXPECT_EQ(copy[0], 0xAB);
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), copy.begin() + 1)) << length << " " << cut;
     }
   }
 }

@@ -1,6 +1,6 @@
-// Direct chunk I/O of tensors: tiles copied from the tensor into a chunk buffer and written with
-// their Fletcher32 checksum; read with scattered reads straight into the tensor's rows and checked
-// there (Note [Direct chunk I/O]).
+// Direct chunk I/O of tensors: tiles copied from the tensor into a chunk buffer, summed as they
+// are copied, and written with their Fletcher32 checksum; read with scattered reads straight into
+// the tensor's rows and checked there (Note [Direct chunk I/O]).
 #include "checkpoint/chunk_io.h"
 
 #include <sys/uio.h>
@@ -83,7 +83,7 @@ struct ChunkGrid {
 
   // Calls copy(tensor byte offset, chunk byte offset, bytes) for each row (along the last
   // dimension) of the part of the chunk at `origin` that lies inside the tensor: the tensor is
-  // contiguous, the chunk buffer full chunk size, both row-major.
+  // contiguous, the chunk buffer full chunk size, both row-major; rows come in chunk order.
   template <typename Copy>
   void for_each_row(const std::vector<hsize_t>& origin, Copy copy) const {
     for_each_segment(origin, Selection{}, copy);
@@ -310,12 +310,22 @@ void write_chunks(hid_t dataset, const std::string& name, const std::vector<hsiz
   std::vector<char> buffer(grid.chunk_bytes + kChecksumBytes);
   const char* tensor = static_cast<const char*>(data);
   for (const std::vector<hsize_t>& origin : grid.origins()) {
-    // Zeros where an edge chunk reaches past the tensor, so the file never holds stale memory.
-    if (grid.partial(origin)) std::memset(buffer.data(), 0, grid.chunk_bytes);
-    grid.for_each_row(origin, [&](std::size_t at, std::size_t in_chunk, std::size_t bytes) {
-      std::memcpy(buffer.data() + in_chunk, tensor + at, bytes);
-    });
-    const std::uint32_t checksum = fletcher32(buffer.data(), grid.chunk_bytes);
+    std::uint32_t checksum = 0;
+    if (grid.partial(origin)) {
+      // Zeros where an edge chunk reaches past the tensor, so the file never holds stale memory.
+      std::memset(buffer.data(), 0, grid.chunk_bytes);
+      grid.for_each_row(origin, [&](std::size_t at, std::size_t in_chunk, std::size_t bytes) {
+        std::memcpy(buffer.data() + in_chunk, tensor + at, bytes);
+      });
+      checksum = fletcher32(buffer.data(), grid.chunk_bytes);
+    } else {
+      // A whole chunk's rows come in chunk order and fill it: summed while they are gathered.
+      Fletcher32 sum;
+      grid.for_each_row(origin, [&](std::size_t at, std::size_t in_chunk, std::size_t bytes) {
+        sum.add_copy(buffer.data() + in_chunk, tensor + at, bytes);
+      });
+      checksum = sum.value();
+    }
     for (std::size_t b = 0; b < kChecksumBytes; ++b)  // little-endian, as HDF5's filter stores it
       buffer[grid.chunk_bytes + b] = static_cast<char>((checksum >> (8 * b)) & 0xff);
     if (H5Dwrite_chunk(dataset, H5P_DEFAULT, 0, origin.data(), buffer.size(), buffer.data()) < 0) {

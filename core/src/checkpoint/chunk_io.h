@@ -20,7 +20,8 @@ namespace megatron::checkpoint::detail {
 //   is who computes the checksum: HDF5 1.10's scalar loop ran at ~4 GB/s and was most of a
 //   load's time (59% of `checkpoint_bench` Load in perf), and replacing the predefined filter is
 //   refused by H5Zregister. So single-process saves write each chunk with H5Dwrite_chunk
-//   (checksummed here with fletcher32(): SIMD lanes, bit-identical to HDF5's value), and loads
+//   (its rows gathered into the chunk buffer and summed in the same pass, Fletcher32::add_copy:
+//   SIMD lanes, bit-identical to HDF5's value), and loads
 //   (each rank opens the file alone, read-only) and `inspect --verify` read each chunk themselves:
 //   H5Dget_chunk_info_by_coord gives its place in the file and one preadv per 256 KiB window
 //   scatters its bytes straight into the rows of the tensor they belong to (a tile of a wide
@@ -32,6 +33,9 @@ namespace megatron::checkpoint::detail {
 //   the chunks their slice touches, so a damaged chunk fails exactly the reads that touch it, as
 //   through HDF5. Chunks start on 4 KiB boundaries of the file (align_large_objects in
 //   hdf5_util.cpp): the kernel's copy is 4x slower between buffers not 32-byte aligned alike.
+//   Measured and dropped (bench/RESULTS.md): mapping the file and checking each chunk while
+//   copying it out (one pass, streaming stores) was 5-15% slower warm and 1.3-1.7x slower cold,
+//   the page-table work of mapping small page-cache folios costing more than the pass it saved.
 
 // Whether `dataset`'s chunks can be moved here: chunked with Fletcher32 as its only filter, its
 // stored type byte-identical to `memory_type`, in a file opened with the sec2 driver.

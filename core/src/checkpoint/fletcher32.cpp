@@ -38,13 +38,16 @@ struct LaneSums {
 };
 
 // Over `steps` steps of kLanes consecutive words from `p`: lane j's s1 = sum over steps t of
-// w[t * kLanes + j], s2 = sum of (steps - t) * w[t * kLanes + j].
-MEGATRON_FLETCHER_CLONES
-void lane_sums(const unsigned char* p, std::size_t steps, LaneSums& out) {
+// w[t * kLanes + j], s2 = sum of (steps - t) * w[t * kLanes + j]. With kCopy, also copies the
+// bytes to `to` in the same pass (a save gathers a chunk's rows while it sums them).
+template <bool kCopy>
+[[gnu::always_inline]] inline void lane_steps(const unsigned char* p, unsigned char* to,
+                                              std::size_t steps, LaneSums& out) {
   std::uint32_t s1[kLanes] = {};
   std::uint32_t s2[kLanes] = {};
   for (std::size_t t = 0; t < steps; ++t) {
     const unsigned char* q = p + t * 2 * kLanes;
+    if constexpr (kCopy) std::memcpy(to + t * 2 * kLanes, q, 2 * kLanes);
     for (std::size_t j = 0; j < kLanes; ++j) {
       std::uint16_t word;
       std::memcpy(&word, q + 2 * j, 2);
@@ -58,6 +61,15 @@ void lane_sums(const unsigned char* p, std::size_t steps, LaneSums& out) {
   std::memcpy(out.s2, s2, sizeof s2);
 }
 
+MEGATRON_FLETCHER_CLONES
+void lane_sums(const unsigned char* p, unsigned char* to, std::size_t steps, LaneSums& out) {
+  if (to) {
+    lane_steps<true>(p, to, steps, out);
+  } else {
+    lane_steps<false>(p, nullptr, steps, out);
+  }
+}
+
 }  // namespace
 
 void Fletcher32::add_word(std::uint64_t word) {
@@ -67,10 +79,18 @@ void Fletcher32::add_word(std::uint64_t word) {
 }
 
 void Fletcher32::add(const void* data, std::size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
+  add_bytes(static_cast<const unsigned char*>(data), nullptr, bytes);
+}
+
+void Fletcher32::add_copy(void* to, const void* from, std::size_t bytes) {
+  add_bytes(static_cast<const unsigned char*>(from), static_cast<unsigned char*>(to), bytes);
+}
+
+void Fletcher32::add_bytes(const unsigned char* p, unsigned char* to, std::size_t bytes) {
   if (pending_ >= 0 && bytes > 0) {
     add_word((std::uint64_t(pending_) << 8) | p[0]);
     pending_ = -1;
+    if (to) *to++ = *p;
     ++p;
     --bytes;
   }
@@ -78,7 +98,7 @@ void Fletcher32::add(const void* data, std::size_t bytes) {
   LaneSums lanes;
   while (words >= kLanes) {
     const std::size_t steps = std::min(kMaxSteps, words / kLanes);
-    lane_sums(p, steps, lanes);
+    lane_sums(p, to, steps, lanes);
     // The block's own sums: s1 = sum of its words, s2 = sum of (m - i) * w_i for its m words
     // (0-based i), where word t * kLanes + j has weight kLanes * (steps - t) - j.
     std::uint64_t block1 = 0, lane2 = 0, lane_index = 0;
@@ -93,8 +113,10 @@ void Fletcher32::add(const void* data, std::size_t bytes) {
     b_ = (b_ + (m % kModulus) * a_ + block2 % kModulus) % kModulus;
     a_ = (a_ + block1) % kModulus;
     p += 2 * m;
+    if (to) to += 2 * m;
     words -= m;
   }
+  if (to) std::memcpy(to, p, 2 * words + bytes % 2);
   for (; words > 0; --words, p += 2)
     add_word((std::uint64_t(p[0]) << 8) | p[1]);
   if (bytes % 2) pending_ = p[0];
