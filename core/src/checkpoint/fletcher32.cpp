@@ -38,27 +38,36 @@ struct LaneSums {
 };
 
 // Over `steps` steps of kLanes consecutive words from `p`: lane j's s1 = sum over steps t of
-// w[t * kLanes + j], s2 = sum of (steps - t) * w[t * kLanes + j]. With kCopy, also copies the
-// bytes to `to` in the same pass (a save gathers a chunk's rows while it sums them).
+// v[t * kLanes + j], s2 = sum of (steps - t) * v[t * kLanes + j], where v is each word read
+// little-endian: HDF5's big-endian word w = 256 b0 + b1 and v = b0 + 256 b1 give 256 v = w
+// modulo 65535, so the caller scales the sums by 256 instead of the loop swapping bytes. Words
+// are taken in pairs from 32-bit loads (the low and high halves: even and odd lanes), which
+// widens them with an AND and a shift instead of shuffles. With kCopy, also copies the bytes to
+// `to` in the same pass (a save gathers a chunk's rows while it sums them).
 template <bool kCopy>
 [[gnu::always_inline]] inline void lane_steps(const unsigned char* p, unsigned char* to,
                                               std::size_t steps, LaneSums& out) {
-  std::uint32_t s1[kLanes] = {};
-  std::uint32_t s2[kLanes] = {};
+  static_assert(std::endian::native == std::endian::little, "the pairs assume little-endian");
+  constexpr std::size_t kPairs = kLanes / 2;
+  std::uint32_t even1[kPairs] = {}, odd1[kPairs] = {}, even2[kPairs] = {}, odd2[kPairs] = {};
   for (std::size_t t = 0; t < steps; ++t) {
     const unsigned char* q = p + t * 2 * kLanes;
     if constexpr (kCopy) std::memcpy(to + t * 2 * kLanes, q, 2 * kLanes);
-    for (std::size_t j = 0; j < kLanes; ++j) {
-      std::uint16_t word;
-      std::memcpy(&word, q + 2 * j, 2);
-      // HDF5 reads each word big-endian, whatever the machine.
-      if constexpr (std::endian::native == std::endian::little) word = __builtin_bswap16(word);
-      s1[j] += word;
-      s2[j] += s1[j];
+    for (std::size_t k = 0; k < kPairs; ++k) {
+      std::uint32_t pair;
+      std::memcpy(&pair, q + 4 * k, 4);
+      even1[k] += pair & 0xffffu;
+      odd1[k] += pair >> 16;
+      even2[k] += even1[k];
+      odd2[k] += odd1[k];
     }
   }
-  std::memcpy(out.s1, s1, sizeof s1);
-  std::memcpy(out.s2, s2, sizeof s2);
+  for (std::size_t k = 0; k < kPairs; ++k) {
+    out.s1[2 * k] = even1[k];
+    out.s1[2 * k + 1] = odd1[k];
+    out.s2[2 * k] = even2[k];
+    out.s2[2 * k + 1] = odd2[k];
+  }
 }
 
 MEGATRON_FLETCHER_CLONES
@@ -107,11 +116,12 @@ void Fletcher32::add_bytes(const unsigned char* p, unsigned char* to, std::size_
       lane2 += lanes.s2[j];
       lane_index += j * std::uint64_t(lanes.s1[j]);
     }
-    const std::uint64_t block2 = kLanes * lane2 - lane_index;
+    // Scaled by 256: the lanes summed the words read little-endian (lane_steps).
+    const std::uint64_t block2 = (kLanes * lane2 - lane_index) % kModulus * 256;
     const std::uint64_t m = steps * kLanes;
     nonzero_ = nonzero_ || block1 != 0;
-    b_ = (b_ + (m % kModulus) * a_ + block2 % kModulus) % kModulus;
-    a_ = (a_ + block1) % kModulus;
+    b_ = (b_ + (m % kModulus) * a_ + block2) % kModulus;
+    a_ = (a_ + block1 % kModulus * 256) % kModulus;
     p += 2 * m;
     if (to) to += 2 * m;
     words -= m;
