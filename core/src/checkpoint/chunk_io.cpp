@@ -310,22 +310,19 @@ void write_chunks(hid_t dataset, const std::string& name, const std::vector<hsiz
   std::vector<char> buffer(grid.chunk_bytes + kChecksumBytes);
   const char* tensor = static_cast<const char*>(data);
   for (const std::vector<hsize_t>& origin : grid.origins()) {
-    std::uint32_t checksum = 0;
-    if (grid.partial(origin)) {
-      // Zeros where an edge chunk reaches past the tensor, so the file never holds stale memory.
-      std::memset(buffer.data(), 0, grid.chunk_bytes);
-      grid.for_each_row(origin, [&](std::size_t at, std::size_t in_chunk, std::size_t bytes) {
-        std::memcpy(buffer.data() + in_chunk, tensor + at, bytes);
-      });
-      checksum = fletcher32(buffer.data(), grid.chunk_bytes);
-    } else {
-      // A whole chunk's rows come in chunk order and fill it: summed while they are gathered.
-      Fletcher32 sum;
-      grid.for_each_row(origin, [&](std::size_t at, std::size_t in_chunk, std::size_t bytes) {
-        sum.add_copy(buffer.data() + in_chunk, tensor + at, bytes);
-      });
-      checksum = sum.value();
-    }
+    // Zeros where an edge chunk reaches past the tensor, so the file never holds stale memory.
+    if (grid.partial(origin)) std::memset(buffer.data(), 0, grid.chunk_bytes);
+    // Rows come in chunk order: each is summed while it is gathered, and the padding between
+    // and after them (edge chunks only) where it lies.
+    Fletcher32 sum;
+    std::size_t summed = 0;
+    grid.for_each_row(origin, [&](std::size_t at, std::size_t in_chunk, std::size_t bytes) {
+      sum.add(buffer.data() + summed, in_chunk - summed);
+      sum.add_copy(buffer.data() + in_chunk, tensor + at, bytes);
+      summed = in_chunk + bytes;
+    });
+    sum.add(buffer.data() + summed, grid.chunk_bytes - summed);
+    const std::uint32_t checksum = sum.value();
     for (std::size_t b = 0; b < kChecksumBytes; ++b)  // little-endian, as HDF5's filter stores it
       buffer[grid.chunk_bytes + b] = static_cast<char>((checksum >> (8 * b)) & 0xff);
     if (H5Dwrite_chunk(dataset, H5P_DEFAULT, 0, origin.data(), buffer.size(), buffer.data()) < 0) {
