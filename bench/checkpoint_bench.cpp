@@ -69,6 +69,7 @@ enum class Format { checksummed, hdf5_filter, chunked, plain };
 const char* format_dir(Format format) {
   return format == Format::checksummed   ? "checksummed"
          : format == Format::hdf5_filter ? "hdf5_filter"
+         : format == Format::chunked     ? "chunked"
                                          : "plain";
 }
 
