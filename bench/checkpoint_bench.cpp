@@ -1,7 +1,8 @@
-// Checkpoint save and load time with per-chunk Fletcher32 checksums (the format, through
-// megatron-app's direct chunk I/O), against the same chunks through HDF5's Fletcher32 filter and
-// the same tensors stored contiguously without checksums (the format before them), on one
-// process: save = create, write, close, fsync, rename, marker; load = every tensor read. The
+// Checkpoint save and load time with checksums (the format: contiguous data with a Fletcher32
+// checksum per tile in attributes, Note [Tile digests]), against format_version 1's chunk tiles
+// through HDF5's Fletcher32 filter, the same chunks without the filter, and the tensors stored
+// contiguously without checksums (the format before them), on one process: save = create,
+// write, close, fsync, rename, marker; load = every tensor read. The
 // tensors are GPT-shaped f32 weights of about `range(0)` MiB in all. Loads read a file the save
 // just wrote, so they come from the page cache (the checksum's share is the largest it can be),
 // and, as "_cold", after the file's pages were dropped from the cache (a resume after a restart).
@@ -59,11 +60,9 @@ checkpoint::CheckpointState gpt_like_state(std::int64_t mib) {
   return s;
 }
 
-// What is timed: the format (checksummed chunks, written and read by megatron-app's direct chunk
-// I/O), the same chunks going through HDF5's own Fletcher32 filter (how megatron-app did it
-// before), or the format before checksums (contiguous datasets).
-// "chunked" is the format's chunks without the checksum, separating what the chunk layout costs
-// from what checking costs.
+// What is timed: the format (save_checkpoint, load_checkpoint), format_version 1's chunk tiles
+// going through HDF5's own Fletcher32 filter, the same chunks without the filter ("chunked": what
+// that layout alone cost), or the format before checksums (contiguous datasets, no checksums).
 enum class Format { checksummed, hdf5_filter, chunked, plain };
 
 const char* format_dir(Format format) {
@@ -90,7 +89,7 @@ void save_by_hand(const fs::path& dir, const checkpoint::CheckpointState& s, For
       Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
       Handle dcpl = format == Format::plain
                         ? Handle(H5Pcreate(H5P_DATASET_CREATE), H5Pclose)
-                        : checkpoint::detail::tensor_creation_properties(dims, 4);
+                        : checkpoint::detail::chunked_creation_properties(dims, 4);
       if (format == Format::chunked) H5Premove_filter(dcpl.get(), H5Z_FILTER_FLETCHER32);
       Handle d(H5Dcreate2(f.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), links.get(),
                           dcpl.get(), H5P_DEFAULT),

@@ -216,7 +216,7 @@ int print_verification(const checkpoint::VerifyReport& report) {
       fmt::format("{} tensors, {:.1f} MiB", report.tensors, double(report.bytes) / double(1 << 20));
   if (report.intact()) {
     std::cout << report.file.string() << " (iteration " << report.iteration << "): " << read
-              << (report.unchecked.empty() ? ", every chunk matches its checksum"
+              << (report.unchecked.empty() ? ", every tile matches its checksum"
                                            : ", readable; the tensors above are unverified")
               << "\n";
     return 0;

@@ -1,5 +1,5 @@
-// Checksummed checkpoints: every tensor is stored in Fletcher32-checked chunks; flipped bytes
-// inside one chunk make exactly the reads that touch it fail, naming the tensor, and
+// Checksummed checkpoints: every tensor is stored with a Fletcher32 checksum per tile; flipped
+// bytes inside one tile make exactly the reads that touch it fail, naming the tensor, and
 // verify_checkpoint reports it; scalars and empty tensors round-trip.
 #include <hdf5.h>
 
@@ -18,27 +18,39 @@ Tensor ramp(const Shape& shape) {
   return testing::ramp(shape, 0.25f, -3.0f);
 }
 
-struct Chunk {
-  std::vector<hsize_t> origin;  // the chunk's first element
-  haddr_t address = 0;          // where its stored bytes start in the file
-  hsize_t size = 0;             // stored bytes (data + 4 checksum bytes)
+struct Tile {
+  std::vector<hsize_t> origin;  // the tile's first element
+  haddr_t address = 0;          // where its first row starts in the file
 };
 
-// The stored chunks of one dataset, read through HDF5's chunk index.
-std::vector<Chunk> chunks_of(const std::filesystem::path& file, const std::string& name) {
-  std::vector<Chunk> out;
+// The tiles of one f32 dataset: its tile shape attribute over its dimensions, row-major, and
+// where each tile's first row lies in the contiguous data (Note [Tile digests]).
+std::vector<Tile> tiles_of(const std::filesystem::path& file, const std::string& name) {
+  std::vector<Tile> out;
   const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
   const hid_t space = H5Dget_space(d);
-  hsize_t count = 0;
-  H5Dget_num_chunks(d, space, &count);
-  const int rank = H5Sget_simple_extent_ndims(space);
-  for (hsize_t i = 0; i < count; ++i) {
-    Chunk c;
-    c.origin.resize(static_cast<std::size_t>(rank));
-    unsigned mask = 0;
-    H5Dget_chunk_info(d, space, i, c.origin.data(), &mask, &c.address, &c.size);
-    out.push_back(c);
+  const auto rank = static_cast<std::size_t>(H5Sget_simple_extent_ndims(space));
+  std::vector<hsize_t> dims(rank), tile(rank);
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  const hid_t attribute = H5Aopen(d, "fletcher32_tile", H5P_DEFAULT);
+  if (attribute >= 0 && H5Aread(attribute, H5T_NATIVE_HSIZE, tile.data()) >= 0) {
+    const haddr_t offset = H5Dget_offset(d);
+    std::vector<hsize_t> origin(rank, 0);
+    for (;;) {
+      hsize_t element = 0;
+      for (std::size_t k = 0; k < rank; ++k)
+        element = element * dims[k] + origin[k];
+      out.push_back({origin, offset + element * 4});
+      std::size_t k = rank;
+      while (k-- > 0) {
+        origin[k] += tile[k];
+        if (origin[k] < dims[k]) break;
+        origin[k] = 0;
+      }
+      if (k == std::size_t(-1)) break;
+    }
+    H5Aclose(attribute);
   }
   H5Sclose(space);
   H5Dclose(d);
@@ -46,12 +58,10 @@ std::vector<Chunk> chunks_of(const std::filesystem::path& file, const std::strin
   return out;
 }
 
-// Inverts `count` bytes of a chunk from its 16th byte on (as bit rot would). Its first row holds
-// tensor data even at an edge; the rest of an edge chunk is zero padding, and Fletcher32 cannot
-// tell 0x0000 from 0xFFFF words (its one blind spot, Note [Checksums]).
-void flip(const std::filesystem::path& file, const Chunk& chunk, std::size_t count) {
+// Inverts `count` bytes of a tile's first row from its 16th byte on (as bit rot would).
+void flip(const std::filesystem::path& file, const Tile& tile, std::size_t count) {
   std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
-  const auto start = static_cast<std::streamoff>(chunk.address + 16);
+  const auto start = static_cast<std::streamoff>(tile.address + 16);
   std::vector<char> bytes(count);
   io.seekg(start);
   io.read(bytes.data(), std::streamsize(count));
@@ -73,9 +83,9 @@ std::filesystem::path save_sample(const std::filesystem::path& dir, const Tensor
 
 TEST(CheckpointChecksum, EveryTensorIsCheckedAndScalarsAndEmptyTensorsRoundTrip) {
   TempDir dir;
-  const Tensor big = ramp({600, 2100});  // several chunks along both dimensions
+  const Tensor big = ramp({600, 2100});  // several tiles along both dimensions
   const auto file = save_sample(dir.path(), big);
-  EXPECT_GT(chunks_of(file, "model/big").size(), 4u);
+  EXPECT_EQ(tiles_of(file, "model/big").size(), 9u);  // [256, 1024] tiles: 3 x 3
 
   const VerifyReport report = verify_checkpoint(dir.path());
   EXPECT_TRUE(report.intact());
@@ -97,12 +107,13 @@ TEST(CheckpointChecksum, FlippedBytesFailExactlyTheReadsThatTouchThem) {
   TempDir dir;
   const Tensor big = ramp({600, 2100});
   const auto file = save_sample(dir.path(), big);
-  // Damage the chunk at the far corner: rows from its first row on, columns from its first.
-  const std::vector<Chunk> chunks = chunks_of(file, "model/big");
-  const Chunk& last = chunks.back();
+  // Damage the tile at the far corner: rows from its first row on, columns from its first.
+  const std::vector<Tile> tiles = tiles_of(file, "model/big");
+  ASSERT_FALSE(tiles.empty());
+  const Tile& last = tiles.back();
   ASSERT_GT(last.origin[0], 0u);
   ASSERT_GT(last.origin[1], 0u);
-  flip(file, last, 150);  // the chunk's first row holds 52 values (208 bytes)
+  flip(file, last, 150);  // the tile's first row holds 52 values (208 bytes)
 
   EXPECT_ERROR_MENTIONING(load_checkpoint(file), file.string(), "tensor 'model/big' is damaged",
                           "fails the checksum written when it was saved");
@@ -116,7 +127,7 @@ TEST(CheckpointChecksum, FlippedBytesFailExactlyTheReadsThatTouchThem) {
   const CheckpointReader reader(file);
   const auto rows = static_cast<std::int64_t>(last.origin[0]);
   const auto columns = static_cast<std::int64_t>(last.origin[1]);
-  // Rows above the damaged chunk, every column: intact, and equal to what was saved.
+  // Rows above the damaged tile, every column: intact, and equal to what was saved.
   Tensor above = Tensor::empty({rows, 2100}, DType::f32);
   reader.read_slice("model/big", 0, {{0, 0, rows}}, above);
   EXPECT_TRUE(bitwise_equal(big.slice(0, 0, rows).contiguous(), above));
@@ -124,7 +135,7 @@ TEST(CheckpointChecksum, FlippedBytesFailExactlyTheReadsThatTouchThem) {
   Tensor left = Tensor::empty({600, columns}, DType::f32);
   reader.read_slice("model/big", 1, {{0, 0, columns}}, left);
   EXPECT_TRUE(bitwise_equal(big.slice(1, 0, columns).contiguous(), left));
-  // The last rows: they cross the damaged chunk.
+  // The last rows: they cross the damaged tile.
   Tensor below = Tensor::empty({600 - rows, 2100}, DType::f32);
   EXPECT_ERROR_MENTIONING(reader.read_slice("model/big", 0, {{rows, 0, 600 - rows}}, below),
                           "tensor 'model/big' is damaged");
@@ -183,7 +194,7 @@ TEST(CheckpointChecksum, ADatasetLargerThanWhatIsStoredIsDamaged) {
   EXPECT_EQ(reader.shape("model/small"), Shape{5});
 
   TempDir other;
-  const auto partial = save_sample(other.path(), ramp({3, 4}));
+  const auto partial = save_sample(other.path(), ramp({64, 64}));  // a file of over 16 KiB
   plant_dataset(partial, "model/partial", {4096}, 1024, 1024);
   try {
     load_checkpoint(partial);

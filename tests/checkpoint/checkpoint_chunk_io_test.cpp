@@ -1,6 +1,8 @@
 // Direct chunk I/O (Note [Direct chunk I/O]): fletcher32() equals the checksum HDF5's own filter
 // stores, for every length and content; chunks written directly read back through HDF5's filter
-// pipeline (which checks them); chunks HDF5 wrote, or stored without the checksum, load too.
+// pipeline (which checks them); chunks HDF5 wrote, or stored without the checksum, load too. The
+// files are written as format_version 1 wrote every tensor (uint8 tensors are still stored so):
+// loads must keep reading them.
 #include <hdf5.h>
 
 #include <algorithm>
@@ -9,7 +11,12 @@
 #include <random>
 #include <vector>
 
+#include "checkpoint/checkpoint_files.h"
+#include "checkpoint/chunk_io.h"
 #include "checkpoint/fletcher32.h"
+#include "checkpoint/hdf5_util.h"
+#include "checkpoint/tensor_io.h"
+#include "checkpoint/tensor_layout.h"
 #include "checkpoint_test_util.h"
 
 namespace megatron::checkpoint {
@@ -17,6 +24,30 @@ namespace {
 
 using testing::bitwise_equal;
 using testing::TempDir;
+
+// A checkpoint as format_version 1 wrote it: every tensor in Fletcher32 chunks, written by
+// write_chunks.
+std::filesystem::path save_version1(const std::filesystem::path& dir, const CheckpointState& s) {
+  const std::filesystem::path file = checkpoint_file(dir, s.iteration);
+  detail::Hdf5Lock lock;
+  detail::Handle fapl = detail::file_access_properties();
+  detail::Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  detail::write_state_attributes(f.get(), s);
+  H5Adelete(f.get(), "format_version");
+  detail::write_int_attribute(f.get(), "format_version", 1);
+  for (const auto& [name, tensor] : s.tensors) {
+    const detail::StoredTypes types = detail::stored_types(tensor.dtype());
+    const std::vector<hsize_t> dims = detail::stored_dims(tensor.shape());
+    const std::size_t element_bytes = H5Tget_size(types.file);
+    detail::Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+    detail::Handle dcpl = detail::chunked_creation_properties(dims, element_bytes);
+    detail::Handle d(H5Dcreate2(f.get(), name.c_str(), types.file, space.get(), H5P_DEFAULT,
+                                dcpl.get(), H5P_DEFAULT),
+                     H5Dclose);
+    detail::write_chunks(d.get(), name, dims, element_bytes, tensor.raw_data());
+  }
+  return file;
+}
 
 // The checksum HDF5's Fletcher32 filter appends to one chunk holding `bytes`: written through
 // H5Dwrite into a one-chunk uint8 dataset, then read raw with H5Dread_chunk.
@@ -167,7 +198,7 @@ TEST(DirectChunks, ChunksWrittenHereReadBackThroughHdf5sFilter) {
   for (std::size_t i = 0; i < shapes.size(); ++i)
     s.tensors["t" + std::to_string(i)] = testing::ramp(shapes[i], 0.37f, -11.0f);
   s.tensors["ids"] = Tensor::from(std::vector<std::int64_t>{1, -2, std::int64_t(1) << 60}, {3});
-  const auto file = save_checkpoint(dir.path(), s);
+  const auto file = save_version1(dir.path(), s);
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const Tensor& t = s.tensors.at("t" + std::to_string(i));
     const std::vector<float> read =
@@ -216,7 +247,7 @@ TEST(DirectChunks, ChunksHdf5WroteOrStoredWithoutTheChecksumLoadToo) {
     CheckpointState s;
     s.iteration = 2;
     s.tensors["w"] = testing::ramp({600, 2100}, 0.5f, 1.0f);
-    const auto file = save_checkpoint(dir.path(), s);
+    const auto file = save_version1(dir.path(), s);
     rewrite_first_chunk(file, "w", s.tensors.at("w"), skip_checksum);
     const CheckpointState loaded = load_checkpoint(file);
     EXPECT_TRUE(bitwise_equal(loaded.tensors.at("w"), s.tensors.at("w"))) << skip_checksum;
@@ -254,7 +285,7 @@ TEST(DirectChunks, SlicesAlongAnyDimensionReadOnlyTheirRows) {
   s.iteration = 1;
   s.tensors["w"] = testing::ramp({700, 2500}, 0.37f, -11.0f);
   s.tensors["cube"] = testing::ramp({3, 300, 1500}, 0.5f, 2.0f);
-  const auto file = save_checkpoint(dir.path(), s);
+  const auto file = save_version1(dir.path(), s);
   const CheckpointReader reader(file);
   struct Case {
     std::string name;
@@ -290,7 +321,7 @@ TEST(DirectChunks, LargeChunksStartOnPageBoundaries) {
   s.iteration = 1;
   s.tensors["wide"] = testing::ramp({600, 2500}, 0.5f, 1.0f);  // 1 MiB tiles and edge tiles
   s.tensors["small"] = testing::ramp({5, 7}, 0.5f, 1.0f);
-  const auto file = save_checkpoint(dir.path(), s);
+  const auto file = save_version1(dir.path(), s);
   const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   const hid_t d = H5Dopen2(f, "wide", H5P_DEFAULT);
   const hid_t space = H5Dget_space(d);

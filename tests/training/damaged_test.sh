@@ -20,7 +20,7 @@ run_tiny "${common[@]}" --set "checkpoint.save=$save" --set training.train_iters
   > "$work/first.log" 2>&1 || fail "first run: $(tail -3 "$work/first.log")"
 "$app" inspect "$save" --verify > "$work/verify_intact.log" 2>&1 \
   || fail "verify of an intact checkpoint: $(cat "$work/verify_intact.log")"
-grep -q "every chunk matches its checksum" "$work/verify_intact.log" || fail "no intact verdict"
+grep -q "every tile matches its checksum" "$work/verify_intact.log" || fail "no intact verdict"
 
 # Another HDF5 (h5py's) reads and checks what megatron-app wrote.
 /usr/bin/python3 "$here/../checkpoint/h5py_verify.py" "$save/iter_0000004.h5" > "$work/h5py.log" \

@@ -75,6 +75,25 @@ hid_t memory_type(DType dtype) {
   }
 }
 
+// Why shard runs cannot be read into one output (overlapping rows, rows placed outside it), or "".
+std::string runs_problem(int dim, const std::vector<ShardRun>& runs) {
+  if (dim < 0) return "";
+  std::int64_t rows = 0;
+  for (const ShardRun& run : runs)
+    rows += run.length;
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+  for (const ShardRun& run : runs) {
+    if (run.local_offset < 0 || run.length < 0 || run.local_offset + run.length > rows)
+      return "a run places rows outside the destination";
+    if (run.length > 0) spans.emplace_back(run.global_offset, run.global_offset + run.length);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].first < spans[i - 1].second) return "two runs read the same rows";
+  }
+  return "";
+}
+
 }  // namespace
 
 namespace detail {
@@ -203,7 +222,7 @@ void narrow_into(Tensor& out, const Tensor& target, bool half) {
   std::memcpy(out.raw_data(), narrowed.raw_data(), out.nbytes());
 }
 
-Tensor read_tensor(hid_t dataset, const std::string& name) {
+Tensor read_tensor(hid_t dataset, const std::string& name, int format_version) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   Handle space(H5Dget_space(dataset), H5Sclose);
   if (!type.valid() || !space.valid()) {
@@ -221,9 +240,16 @@ Tensor read_tensor(hid_t dataset, const std::string& name) {
   }
   if (const std::string damage = detail::size_damage(dataset, name); !damage.empty())
     throw CheckpointDamagedError(damage);
+  if (const std::string damage = detail::missing_checksums(dataset, name, format_version);
+      !damage.empty()) {
+    throw CheckpointDamagedError(damage);
+  }
   Tensor tensor = Tensor::empty(shape, dtype);
   std::optional<std::string> direct;
-  if (tensor.numel() > 0 && detail::direct_chunks(dataset, memory_type(dtype))) {
+  if (tensor.numel() > 0 && detail::has_tile_digests(dataset)) {
+    direct = detail::read_tiles(dataset, name, detail::stored_dims(shape), tensor.raw_data());
+    if (!direct->empty()) throw CheckpointDamagedError(*direct);
+  } else if (tensor.numel() > 0 && detail::direct_chunks(dataset, memory_type(dtype))) {
     const std::vector<hsize_t> dims = detail::stored_dims(shape);
     direct = detail::read_chunks(dataset, name, dims, tensor.element_size(), tensor.raw_data());
     if (direct && !direct->empty()) throw CheckpointDamagedError(*direct);
@@ -284,7 +310,7 @@ void read_tensors(hid_t root, const std::string& where, const std::vector<std::s
       throw std::runtime_error("cannot open object '" + name + "'" + hdf5_reason());
     }
     if (H5Iget_type(object.get()) != H5I_DATASET) continue;
-    state.tensors.emplace(name, read_tensor(object.get(), name));
+    state.tensors.emplace(name, read_tensor(object.get(), name, state.format_version));
   }
 }
 
@@ -453,6 +479,29 @@ void CheckpointReader::read_slice(const std::string& name, int partition_dim,
   Handle dataset(H5Dopen2(impl_->root.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   Handle file_space(dataset.valid() ? H5Dget_space(dataset.get()) : H5I_INVALID_HID, H5Sclose);
   if (!file_space.valid()) throw Error(where + "cannot open it" + hdf5_reason());
+  if (const std::string damage =
+          detail::missing_checksums(dataset.get(), name, attributes_.format_version);
+      !damage.empty()) {
+    throw CheckpointDamagedError("checkpoint " + file_.string() + ": " + damage);
+  }
+  if (detail::has_tile_digests(dataset.get())) {
+    // Read as stored, then converted (an f32 tensor into f64, as H5Dread would).
+    Handle type(H5Dget_type(dataset.get()), H5Tclose);
+    const DType stored = stored_dtype(type.get(), name);
+    Tensor raw = stored == target.dtype() ? target : Tensor::empty(local, stored);
+    if (const std::string problem = runs_problem(partition_dim, runs); !problem.empty())
+      throw Error(where + problem);
+    const std::string damage = detail::read_tiles(dataset.get(), name, detail::stored_dims(global),
+                                                  raw.raw_data(), partition_dim, runs);
+    if (!damage.empty())
+      throw CheckpointDamagedError("checkpoint " + file_.string() + ": " + damage);
+    if (stored != target.dtype()) {
+      const Tensor converted = raw.to(target.dtype());
+      std::memcpy(target.raw_data(), converted.raw_data(), target.nbytes());
+    }
+    narrow_into(out, target, half);
+    return;
+  }
   if (detail::direct_chunks(dataset.get(), memory_type(target.dtype()))) {
     const std::optional<std::string> damage =
         detail::read_chunks(dataset.get(), name, detail::stored_dims(global), target.element_size(),

@@ -45,8 +45,18 @@ void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
     throw Error("cannot create dataset '" + name + "' " + shape_str(tensor.shape()) +
                 hdf5_reason());
   }
-  if (data.numel() > 0 && detail::direct_chunks(dataset.get(), types.memory)) {
-    detail::write_chunks(dataset.get(), name, dims, H5Tget_size(types.file), data.raw_data());
+  const std::size_t element_bytes = H5Tget_size(types.file);
+  if (data.numel() > 0 && detail::uses_tile_digests(element_bytes)) {
+    // Note [Tile digests]: the data written straight into the file, summed window by window.
+    const std::optional<int> fd = detail::file_descriptor(dataset.get());
+    const haddr_t offset = H5Dget_offset(dataset.get());
+    if (!fd || offset == HADDR_UNDEF)
+      throw Error("cannot find where dataset '" + name + "' is stored" + hdf5_reason());
+    detail::TileDigests sums({dims, detail::chunk_dims(dims, element_bytes), element_bytes});
+    detail::write_with_digests(*fd, offset, sums, data.raw_data(), name);
+    detail::write_tile_attributes(dataset.get(), sums.grid(), sums.digests());
+  } else if (data.numel() > 0 && detail::direct_chunks(dataset.get(), types.memory)) {
+    detail::write_chunks(dataset.get(), name, dims, element_bytes, data.raw_data());
   } else if (data.numel() > 0 && H5Dwrite(dataset.get(), types.memory, H5S_ALL, H5S_ALL,
                                           H5P_DEFAULT, data.raw_data()) < 0) {
     throw Error("cannot write dataset '" + name + "'" + hdf5_reason());

@@ -1,7 +1,9 @@
 // save_checkpoint_sharded: every rank writes its hyperslabs of the global tensors into one HDF5
 // file (parallel HDF5 over MPI-IO), then rank 0 renames it into place and updates the marker.
 #include <cstring>
+#include <map>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_io.h"
 #include "checkpoint/tensor_layout.h"
+#include "checkpoint/tile_digests.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 #include "parallel/mpi_communicator.h"
@@ -172,8 +175,10 @@ Handle transfer_properties([[maybe_unused]] bool collective) {
 // rank opened at creation. In a collective transfer every rank calls H5Dwrite for every dataset
 // in the same order, those with nothing to give selecting none, so this calls it whatever
 // happens and returns what went wrong instead of throwing.
+// With tile digests (`sums` not null), this rank's runs are added to `sums`.
 std::string write_slice(hid_t dataset, const std::string& name, const Declared& declared,
-                        const TensorSlice* s, hid_t transfer, bool collective) {
+                        const TensorSlice* s, hid_t transfer, bool collective,
+                        detail::TileDigests* sums) {
   std::string problem;
   Tensor data;
   Handle file_space(H5Dget_space(dataset), H5Sclose);
@@ -186,6 +191,21 @@ std::string write_slice(hid_t dataset, const std::string& name, const Declared& 
                     ", expected " + shape_str(local_shape));
       }
       data = detail::stored_form(s->local);
+      if (sums && data.numel() > 0) {
+        // One process holding the whole tensor writes it straight into the file, summed as it
+        // goes (Note [Tile digests]); otherwise HDF5 writes each rank's part below, and each
+        // rank sums its own runs for the all-reduce.
+        const std::optional<int> fd = collective ? std::nullopt : detail::file_descriptor(dataset);
+        const haddr_t offset = H5Dget_offset(dataset);
+        if (fd && offset != HADDR_UNDEF && local_shape == s->global_shape && in_file_order(*s)) {
+          detail::write_with_digests(*fd, offset, *sums, data.raw_data(), name);
+          return problem;
+        }
+        const char* bytes = static_cast<const char*>(data.raw_data());
+        detail::for_each_selected_run(
+            sums->grid(), s->partition_dim, s->runs,
+            [&](const detail::Run& run, std::size_t at) { sums->add(run, bytes + at); });
+      }
       // One process holding the whole tensor in the file's order writes its chunks directly
       // (Note [Direct chunk I/O]); HDF5 1.10 has no direct chunk I/O over MPI-IO.
       if (!collective && data.numel() > 0 && local_shape == s->global_shape && in_file_order(*s) &&
@@ -317,18 +337,52 @@ fs::path save_checkpoint_sharded(const fs::path& dir, const CheckpointState& sta
       throw Error(partial.path().string() + ": " + e.what());
     }
     problem.clear();
+    std::map<std::string, detail::TileDigests> digests;
+    for (const auto& [name, declared] : manifest) {
+      const std::vector<hsize_t> dims = detail::stored_dims(declared.shape);
+      const std::size_t element_bytes = H5Tget_size(detail::stored_types(declared.dtype).file);
+      if (shape_numel(declared.shape) > 0 && detail::uses_tile_digests(element_bytes)) {
+        digests.emplace(
+            name, detail::TileGrid{dims, detail::chunk_dims(dims, element_bytes), element_bytes});
+      }
+    }
     try {
       const bool collective = world.size() > 1;
       Handle transfer = transfer_properties(collective);
       for (const auto& [name, declared] : manifest) {
         const auto it = slices.find(name);
         const TensorSlice* mine = it != slices.end() && it->second.write ? &it->second : nullptr;
+        const auto sums = digests.find(name);
         std::string failed =
-            write_slice(datasets.at(name).get(), name, declared, mine, transfer.get(), collective);
+            write_slice(datasets.at(name).get(), name, declared, mine, transfer.get(), collective,
+                        sums == digests.end() ? nullptr : &sums->second);
         if (problem.empty() && !failed.empty()) problem = partial.path().string() + ": " + failed;
       }
     } catch (const Error& e) {
       problem = partial.path().string() + ": " + e.what();
+    }
+    // Every rank summed the runs it wrote; one all-reduce adds them into each tile's sums, and
+    // every rank writes the same attributes (collective metadata under MPI-IO).
+    try {
+      std::vector<std::int64_t> all;
+      for (auto& [name, sums] : digests) {
+        for (const detail::TileSums& t : sums.sums()) {
+          all.push_back(t.a);
+          all.push_back(t.b);
+        }
+      }
+      if (world.size() > 1 && !all.empty()) world.all_reduce(all, ReduceOp::sum);
+      std::size_t k = 0;
+      for (auto& [name, sums] : digests) {
+        for (detail::TileSums& t : sums.sums()) {
+          t.a = all[k++];
+          t.b = all[k++];
+        }
+        sums.normalize();
+        detail::write_tile_attributes(datasets.at(name).get(), sums.grid(), sums.digests());
+      }
+    } catch (const Error& e) {
+      if (problem.empty()) problem = partial.path().string() + ": " + e.what();
     }
     // Closing is collective (and flushes); it must happen on every rank whatever happened above.
     for (auto& [name, dataset] : datasets)

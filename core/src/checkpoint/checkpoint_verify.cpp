@@ -1,6 +1,6 @@
-// verify_checkpoint: checks every chunk of every tensor of a checkpoint against its Fletcher32
-// checksum (chunk by chunk, or through HDF5 piece by piece where direct chunk I/O does not
-// apply), and reports the damaged tensors by name.
+// verify_checkpoint: checks every tile of every tensor of a checkpoint against its checksum (tile
+// digests; Fletcher32 chunks of older files chunk by chunk, or through HDF5 piece by piece where
+// direct chunk I/O does not apply), and reports the damaged tensors by name.
 #include <algorithm>
 #include <vector>
 
@@ -21,8 +21,13 @@ using detail::Handle;
 constexpr std::size_t kPieceBytes = std::size_t(64) << 20;
 
 // Reads the dataset in pieces; the damage message on the first failed read, empty when intact.
-std::string read_all(hid_t dataset, const std::string& name, std::int64_t& bytes) {
+std::string read_all(hid_t dataset, const std::string& name, int format_version,
+                     std::int64_t& bytes) {
   if (std::string damage = detail::size_damage(dataset, name); !damage.empty()) return damage;
+  if (std::string damage = detail::missing_checksums(dataset, name, format_version);
+      !damage.empty()) {
+    return damage;
+  }
   Handle type(H5Dget_type(dataset), H5Tclose);
   Handle space(H5Dget_space(dataset), H5Sclose);
   if (!type.valid() || !space.valid()) return detail::damage_message(name);
@@ -35,6 +40,11 @@ std::string read_all(hid_t dataset, const std::string& name, std::int64_t& bytes
   for (std::size_t d = 1; d < dims.size(); ++d)
     row_bytes *= dims[d];
   if (dims[0] == 0 || row_bytes == 0) return "";
+  if (detail::has_tile_digests(dataset)) {
+    std::string damage = detail::read_tiles(dataset, name, dims, nullptr);
+    if (damage.empty()) bytes += static_cast<std::int64_t>(dims[0] * row_bytes);
+    return damage;
+  }
   if (detail::direct_chunks(dataset, type.get())) {
     if (std::optional<std::string> damage =
             detail::read_chunks(dataset, name, dims, element, nullptr)) {
@@ -91,7 +101,8 @@ VerifyReport verify_checkpoint(const std::filesystem::path& path) {
       continue;
     }
     const std::int64_t before = report.bytes;
-    std::string damage = read_all(dataset.get(), name, report.bytes);
+    std::string damage =
+        read_all(dataset.get(), name, reader.attributes().format_version, report.bytes);
     // A tensor without elements has nothing to check.
     if (report.bytes > before && !detail::has_checksum(dataset.get()))
       report.unchecked.push_back(name);

@@ -17,6 +17,10 @@ class Fletcher32 {
   // over them: one read of each byte instead of a copy and then a read of the copy.
   void add_copy(void* to, const void* from, std::size_t bytes);
   std::uint32_t value() const;
+  // The sums themselves, modulo 65535 (0..65534): S1 = sum of the words w_0..w_{n-1} and
+  // S2 = sum of (n - k) w_k, for pieces of even total length (tile digests combine them).
+  std::uint64_t sum1() const { return a_; }
+  std::uint64_t sum2() const { return b_; }
 
  private:
   void add_bytes(const unsigned char* from, unsigned char* to, std::size_t bytes);

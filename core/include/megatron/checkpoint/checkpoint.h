@@ -3,7 +3,7 @@
 // a temporary name then renamed, and the latest-iteration marker last, so a crash at any moment
 // leaves the previous checkpoint intact.
 //
-// Note [Checkpoint file layout] (format_version 1)
+// Note [Checkpoint file layout] (format_version 2)
 //   Root attributes: format_version, iteration, consumed_train_samples, consumed_valid_samples,
 //   skipped_iterations (64-bit integers) and config (a NUL-terminated fixed-length UTF-8 string,
 //   in the checksummed object header; files written before stored it variable-length, still read).
@@ -11,9 +11,12 @@
 //   float_attributes[k] is "float.<k>" (IEEE double), so both round-trip bit for bit.
 //   A tensor "a/b/c" is dataset c in group /a/b (names may contain dots, e.g.
 //   /model/decoder.layers.0.mlp.linear_fc1.weight), of the tensor's shape (a scalar as [1] with
-//   attribute `scalar` = 1), chunked with HDF5's Fletcher32 checksum on every chunk (Note
-//   [Checksums] in core/src/checkpoint/tensor_layout.h; files written before checksums, contiguous
-//   without filters, still load). f32, f64, i32, i64 and u8 are stored natively (little endian);
+//   attribute `scalar` = 1), contiguous, with a checksum per tile of about 1 MiB in the
+//   attributes `fletcher32_tile` and `fletcher32` (Note [Tile digests] in
+//   core/src/checkpoint/tile_digests.h); u8 tensors are chunked with HDF5's Fletcher32 filter.
+//   Version 1 files (every tensor chunked with the filter, Note [Checksums] in tensor_layout.h;
+//   or, written before checksums, contiguous without either) still load, checked where they
+//   carry checksums. f32, f64, i32, i64 and u8 are stored natively (little endian);
 //   bf16 and f16 are stored as f32 (exact) with a string attribute `dtype` = "bfloat16" or
 //   "float16", and converted back on load (values are exact; an f16 NaN comes back as the
 //   canonical quiet NaN, a bf16 signalling NaN as quiet).
@@ -50,7 +53,7 @@
 namespace megatron::checkpoint {
 
 // Format version written to the root attribute `format_version`; readers refuse newer majors.
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;
 
 struct CheckpointState {
   int format_version = kFormatVersion;  // set by load_checkpoint; saves always write kFormatVersion

@@ -1,0 +1,394 @@
+// Tile digests: the walk over a contiguous tensor's runs, their Fletcher32 sums per tile, and the
+// windowed reads and writes that check and compute them (Note [Tile digests]).
+#include "checkpoint/tile_digests.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <memory>
+
+#include "checkpoint/fletcher32.h"
+#include "checkpoint/tensor_layout.h"
+#include "megatron/error.h"
+
+namespace megatron::checkpoint::detail {
+
+namespace {
+
+// Tensors are written and read as their bytes in memory: little-endian, as the datasets declare.
+static_assert(std::endian::native == std::endian::little);
+
+constexpr std::int64_t kModulus = 65535;
+// Runs are read, and summed, in windows of about this many bytes: the sums read what the read
+// just put in the core's cache.
+constexpr std::size_t kWindowBytes = std::size_t(256) << 10;
+// HDF5's largest rank.
+constexpr std::size_t kMaxRank = 32;
+
+// Where the rows along a cut dimension go: not read, read for the check only, or (>= 0) their
+// index in the selected tensor.
+constexpr std::int64_t kSkip = -2, kScratch = -1;
+
+// What a walk visits: the lines (rows along the last dimension) and, within each, the columns,
+// and where each run goes in the selected tensor.
+struct Walk {
+  int dim = -1;
+  std::vector<std::int64_t> rows;  // dim before the last: per index along dim
+  struct Columns {
+    hsize_t from;
+    hsize_t count;
+    std::int64_t local;  // kScratch or the column in the selected tensor
+  };
+  std::vector<Columns> columns;  // in file order, each inside one tile, at most kMaxRunBytes
+  std::vector<hsize_t> local_dims;
+};
+
+void add_columns(Walk& walk, const TileGrid& grid, hsize_t from, hsize_t count,
+                 std::int64_t local) {
+  const hsize_t tile = grid.tile.back();
+  const hsize_t most = std::max<hsize_t>(1, kMaxRunBytes / grid.element_bytes);
+  while (count > 0) {
+    const hsize_t take = std::min({count, tile - from % tile, most});
+    walk.columns.push_back({from, take, local});
+    from += take;
+    count -= take;
+    if (local >= 0) local += std::int64_t(take);
+  }
+}
+
+// The walk over a selection along `dim` (-1: everything); with `cover`, widened along dim to
+// whole tiles, the widening read into scratch, so every tile it touches is read whole.
+Walk make_walk(const TileGrid& grid, int dim, const std::vector<ShardRun>& runs, bool cover) {
+  Walk walk;
+  walk.dim = dim;
+  walk.local_dims = grid.dims;
+  const std::size_t last = grid.dims.size() - 1;
+  if (dim < 0) {
+    add_columns(walk, grid, 0, grid.dims[last], 0);
+    return walk;
+  }
+  const auto d = std::size_t(dim);
+  std::vector<std::int64_t> where(grid.dims[d], kSkip);
+  hsize_t selected = 0;
+  for (const ShardRun& run : runs) {
+    for (std::int64_t k = 0; k < run.length; ++k)
+      where[std::size_t(run.global_offset + k)] = run.local_offset + k;
+    selected += hsize_t(run.length);
+  }
+  walk.local_dims[d] = selected;
+  if (cover) {
+    const hsize_t tile = grid.tile[d];
+    for (hsize_t start = 0; start < grid.dims[d]; start += tile) {
+      const hsize_t end = std::min(start + tile, grid.dims[d]);
+      const bool touched =
+          std::any_of(where.begin() + std::ptrdiff_t(start), where.begin() + std::ptrdiff_t(end),
+                      [](std::int64_t w) { return w >= 0; });
+      for (hsize_t i = start; touched && i < end; ++i)
+        if (where[i] == kSkip) where[i] = kScratch;
+    }
+  }
+  if (d < last) {
+    walk.rows = std::move(where);
+    add_columns(walk, grid, 0, grid.dims[last], 0);
+    return walk;
+  }
+  // Along the last dimension: stretches going to consecutive local columns, or to scratch.
+  for (hsize_t c = 0; c < grid.dims[last];) {
+    if (where[c] == kSkip) {
+      ++c;
+      continue;
+    }
+    hsize_t end = c + 1;
+    if (where[c] == kScratch) {
+      while (end < grid.dims[last] && where[end] == kScratch)
+        ++end;
+    } else {
+      while (end < grid.dims[last] && where[end] == where[end - 1] + 1)
+        ++end;
+    }
+    add_columns(walk, grid, c, end - c, where[c]);
+    c = end;
+  }
+  return walk;
+}
+
+// Calls visit(run, local byte offset or kScratch) for every run of the walk, in file order.
+template <typename Visit>
+void walk_runs(const TileGrid& grid, const Walk& walk, Visit visit) {
+  const std::size_t last = grid.dims.size() - 1;
+  const std::uint64_t lines = grid.lines();
+  const std::int64_t local_columns = std::int64_t(walk.local_dims[last]);
+  std::array<hsize_t, kMaxRank> index{};
+  for (std::uint64_t line = 0; line < lines; ++line) {
+    std::int64_t local_line = 0;
+    bool scratch = false, skip = false;
+    for (std::size_t k = 0; k < last && !skip; ++k) {
+      std::int64_t i = std::int64_t(index[k]);
+      if (int(k) == walk.dim) {
+        const std::int64_t to = walk.rows[index[k]];
+        skip = to == kSkip;
+        scratch = to == kScratch;
+        if (to >= 0) i = to;
+      }
+      local_line = local_line * std::int64_t(walk.local_dims[k]) + i;
+    }
+    if (!skip) {
+      for (const Walk::Columns& c : walk.columns) {
+        const std::int64_t local = scratch || c.local < 0 ? kScratch
+                                                          : (local_line * local_columns + c.local) *
+                                                                std::int64_t(grid.element_bytes);
+        visit(Run{line, c.from, c.count}, local);
+      }
+    }
+    for (std::size_t k = last; k-- > 0;) {  // the next line's index, last-but-one fastest
+      if (++index[k] < grid.dims[k]) break;
+      index[k] = 0;
+    }
+  }
+}
+
+// preadv or pwritev of all of `iov` at `offset`, resuming after short transfers; "" or why not.
+std::string transfer_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov, bool write) {
+  std::size_t next = 0;
+  while (next < iov.size()) {
+    const int count = int(std::min<std::size_t>(iov.size() - next, IOV_MAX));
+    const ssize_t done = write ? ::pwritev(fd, iov.data() + next, count, off_t(offset))
+                               : ::preadv(fd, iov.data() + next, count, off_t(offset));
+    if (done < 0 && errno == EINTR) continue;
+    if (done < 0) return std::strerror(errno);
+    if (done == 0) return write ? "nothing could be written" : "the file ends inside it";
+    offset += std::uint64_t(done);
+    for (std::size_t left = std::size_t(done); left > 0;) {
+      const std::size_t take = std::min(left, iov[next].iov_len);
+      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + take;
+      iov[next].iov_len -= take;
+      left -= take;
+      if (iov[next].iov_len == 0) ++next;
+    }
+  }
+  return "";
+}
+
+// Runs waiting for one window's transfer: where each lies in the file and in memory.
+class Window {
+ public:
+  struct Piece {
+    Run run;
+    std::uint64_t at;
+    char* memory;
+    std::size_t bytes;
+  };
+
+  void add(const Piece& piece) {
+    pieces_.push_back(piece);
+    bytes_ += piece.bytes;
+  }
+  bool full() const { return bytes_ >= kWindowBytes; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  void clear() {
+    pieces_.clear();
+    bytes_ = 0;
+  }
+
+  // One transfer per stretch of pieces that follow each other in the file (neighbours in
+  // memory merged into one iovec); "" or why one failed.
+  std::string transfer(int fd, bool write) const {
+    std::vector<iovec> iov;
+    for (std::size_t i = 0; i < pieces_.size();) {
+      const std::uint64_t start = pieces_[i].at;
+      std::uint64_t end = start;
+      iov.clear();
+      for (; i < pieces_.size() && pieces_[i].at == end; ++i) {
+        const Piece& p = pieces_[i];
+        if (!iov.empty() &&
+            static_cast<char*>(iov.back().iov_base) + iov.back().iov_len == p.memory) {
+          iov.back().iov_len += p.bytes;
+        } else {
+          iov.push_back({p.memory, p.bytes});
+        }
+        end += p.bytes;
+      }
+      if (std::string error = transfer_fully(fd, start, iov, write); !error.empty()) return error;
+    }
+    return "";
+  }
+
+ private:
+  std::vector<Piece> pieces_;
+  std::size_t bytes_ = 0;
+};
+
+// The file offset of a run's first byte, for a dataset whose data starts at `offset`.
+std::uint64_t run_offset(const TileGrid& grid, haddr_t offset, const Run& run) {
+  return offset + (run.line * grid.dims.back() + run.column) * grid.element_bytes;
+}
+
+}  // namespace
+
+std::uint64_t TileGrid::lines() const {
+  std::uint64_t n = 1;
+  for (std::size_t d = 0; d + 1 < dims.size(); ++d)
+    n *= dims[d];
+  return n;
+}
+
+std::uint64_t TileGrid::count() const {
+  std::uint64_t n = 1;
+  for (std::size_t d = 0; d < dims.size(); ++d)
+    n *= (dims[d] + tile[d] - 1) / tile[d];
+  return n;
+}
+
+TileDigests::TileDigests(TileGrid grid)
+    : grid_(std::move(grid)), sums_(static_cast<std::size_t>(grid_.count())) {}
+
+std::uint64_t TileDigests::tile_of(const Run& run) const {
+  const std::size_t rank = grid_.dims.size();
+  std::array<hsize_t, kMaxRank> index{};
+  std::uint64_t rest = run.line;
+  for (std::size_t k = rank - 1; k-- > 0;) {
+    index[k] = rest % grid_.dims[k];
+    rest /= grid_.dims[k];
+  }
+  index[rank - 1] = run.column;
+  std::uint64_t tile = 0;
+  for (std::size_t k = 0; k < rank; ++k)
+    tile = tile * ((grid_.dims[k] + grid_.tile[k] - 1) / grid_.tile[k]) + index[k] / grid_.tile[k];
+  return tile;
+}
+
+void TileDigests::add(const Run& run, const void* data) {
+  const std::size_t rank = grid_.dims.size(), last = rank - 1;
+  std::array<hsize_t, kMaxRank> index{};
+  std::uint64_t rest = run.line;
+  for (std::size_t k = last; k-- > 0;) {
+    index[k] = rest % grid_.dims[k];
+    rest /= grid_.dims[k];
+  }
+  index[last] = run.column;
+  // The tile, the run's first element in the tile (row-major within it) and the tile's size.
+  std::uint64_t tile = 0, position = 0, elements = 1;
+  for (std::size_t k = 0; k < rank; ++k) {
+    const hsize_t t = index[k] / grid_.tile[k];
+    const hsize_t extent = std::min(grid_.tile[k], grid_.dims[k] - t * grid_.tile[k]);
+    tile = tile * ((grid_.dims[k] + grid_.tile[k] - 1) / grid_.tile[k]) + t;
+    position = position * extent + (index[k] - t * grid_.tile[k]);
+    elements *= extent;
+  }
+  const std::uint64_t words_per_element = grid_.element_bytes / 2;
+  const std::uint64_t words = elements * words_per_element;
+  const std::uint64_t first = position * words_per_element;
+  const std::uint64_t length = run.elements * words_per_element;
+  Fletcher32 sum;
+  sum.add(data, run.elements * grid_.element_bytes);
+  const auto a = std::int64_t(sum.sum1()), b = std::int64_t(sum.sum2());
+  const auto after = std::int64_t((words - first - length) % std::uint64_t(kModulus));
+  TileSums& s = sums_[std::size_t(tile)];
+  s.a = (s.a + a) % kModulus;
+  s.b = (s.b + b + after * a) % kModulus;
+}
+
+void TileDigests::normalize() {
+  for (TileSums& s : sums_) {
+    s.a = (s.a % kModulus + kModulus) % kModulus;
+    s.b = (s.b % kModulus + kModulus) % kModulus;
+  }
+}
+
+std::uint32_t TileDigests::digest(std::uint64_t tile) const {
+  const TileSums& s = sums_[std::size_t(tile)];
+  return (std::uint32_t(s.b) << 16) | std::uint32_t(s.a);
+}
+
+std::vector<std::uint32_t> TileDigests::digests() const {
+  std::vector<std::uint32_t> out(sums_.size());
+  for (std::size_t t = 0; t < sums_.size(); ++t)
+    out[t] = digest(t);
+  return out;
+}
+
+void for_each_selected_run(const TileGrid& grid, int dim, const std::vector<ShardRun>& runs,
+                           const std::function<void(const Run&, std::size_t)>& visit) {
+  walk_runs(grid, make_walk(grid, dim, runs, false), [&](const Run& run, std::int64_t local) {
+    if (local >= 0) visit(run, std::size_t(local));
+  });
+}
+
+void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* data,
+                        const std::string& name) {
+  const TileGrid& grid = sums.grid();
+  char* tensor = const_cast<char*>(static_cast<const char*>(data));  // iovec is not const
+  Window window;
+  const auto flush = [&] {
+    // Summed first, so the write copies what the sums just brought into the cache.
+    for (const Window::Piece& p : window.pieces())
+      sums.add(p.run, p.memory);
+    if (std::string error = window.transfer(fd, true); !error.empty())
+      throw Error("cannot write tensor '" + name + "': " + error);
+    window.clear();
+  };
+  walk_runs(grid, make_walk(grid, -1, {}, false), [&](const Run& run, std::int64_t local) {
+    window.add({run, run_offset(grid, offset, run), tensor + local,
+                std::size_t(run.elements) * grid.element_bytes});
+    if (window.full()) flush();
+  });
+  flush();
+}
+
+std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
+                              const std::vector<std::uint32_t>& stored, void* out, int dim,
+                              const std::vector<ShardRun>& runs, const std::string& name) {
+  TileDigests sums(grid);
+  std::vector<bool> touched(static_cast<std::size_t>(grid.count()), false);
+  const std::size_t scratch_bytes = kWindowBytes + kMaxRunBytes;
+  const auto scratch = std::make_unique_for_overwrite<char[]>(scratch_bytes);
+  std::size_t scratch_used = 0;
+  std::string error;
+  Window window;
+  const auto flush = [&] {
+    if (error.empty()) error = window.transfer(fd, false);
+    if (error.empty()) {
+      for (const Window::Piece& p : window.pieces()) {
+        sums.add(p.run, p.memory);
+        touched[std::size_t(sums.tile_of(p.run))] = true;
+      }
+    }
+    window.clear();
+    scratch_used = 0;
+  };
+  const Walk walk = out ? make_walk(grid, dim, runs, true) : make_walk(grid, -1, {}, false);
+  char* const tensor = static_cast<char*>(out);
+  walk_runs(grid, walk, [&](const Run& run, std::int64_t local) {
+    if (!error.empty()) return;
+    const std::size_t bytes = std::size_t(run.elements) * grid.element_bytes;
+    char* memory = tensor && local >= 0 ? tensor + local : scratch.get() + scratch_used;
+    if (!(tensor && local >= 0)) scratch_used += bytes;
+    window.add({run, run_offset(grid, offset, run), memory, bytes});
+    if (window.full()) flush();
+  });
+  flush();
+  if (!error.empty())
+    return "tensor '" + name + "' is damaged: its data cannot be read back (" + error + ")";
+  for (std::uint64_t t = 0; t < touched.size(); ++t) {
+    if (!touched[std::size_t(t)] || sums.digest(t) == stored[std::size_t(t)]) continue;
+    std::vector<hsize_t> origin(grid.dims.size());
+    std::uint64_t rest = t;
+    for (std::size_t k = grid.dims.size(); k-- > 0;) {
+      const hsize_t along = (grid.dims[k] + grid.tile[k] - 1) / grid.tile[k];
+      origin[k] = (rest % along) * grid.tile[k];
+      rest /= along;
+    }
+    return "tensor '" + name +
+           "' is damaged: its data fails the checksum written when it was saved (tile at " +
+           chunk_origin_text(origin) + ")";
+  }
+  return "";
+}
+
+}  // namespace megatron::checkpoint::detail

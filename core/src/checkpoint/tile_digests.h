@@ -1,0 +1,109 @@
+// Checksums of tensors stored as contiguous datasets, one per tile, kept in attributes: the tile
+// grid, the walk over the runs of a tensor that a read or a write touches, and the sums
+// (Note [Tile digests]).
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "megatron/nn/parameter.h"
+
+namespace megatron::checkpoint::detail {
+
+// Note [Tile digests]
+//   A tensor is one contiguous, row-major dataset, so a save writes and a whole-tensor load reads
+//   long runs of bytes: chunk tiles, which the format used before (HDF5's Fletcher32 filter on
+//   chunks), cost 30-50% on reads and 14-26% CPU on writes by themselves (bench/RESULTS.md,
+//   checkpoint_floor_bench). The checksums still cover tiles (chunk_dims' shape, about 1 MiB,
+//   the last dimension cut at 1024), so a slice of any layout is checked by reading only the
+//   tiles it touches, and a damaged tile fails exactly the reads that touch it. Two attributes:
+//   `fletcher32_tile`, the tile shape, and `fletcher32`, one value per tile (tiles row-major).
+//   A tile's value is Fletcher32 over its bytes in row-major order within the tile, as 16-bit
+//   big-endian words w_0..w_{n-1}, with both sums kept modulo 65535: B << 16 | A, A = sum of w_k,
+//   B = sum of (n - k) w_k (HDF5's sums; unlike its filter, 0 stays 0). Fletcher32 is linear, so
+//   a tile can be summed from runs in any order and from several ranks: a run of m words at word
+//   p of the tile adds its own A and B + (n - p - m) A. A sharded save adds every rank's runs
+//   with one all-reduce. The check is made right after each 256 KiB window is read, from the
+//   core's cache. Elements of 2 bytes or more only, so runs start on whole words; uint8 tensors
+//   keep HDF5-filtered chunks. HDF5 tools read the data as any contiguous dataset but do not
+//   check it; `megatron-app inspect --verify` does.
+inline constexpr const char* kTileShapeAttribute = "fletcher32_tile";
+inline constexpr const char* kTileDigestsAttribute = "fletcher32";
+
+// The tiles of a dataset of `dims` (rank >= 1, none zero) of `tile` shape.
+struct TileGrid {
+  std::vector<hsize_t> dims;
+  std::vector<hsize_t> tile;
+  std::size_t element_bytes = 0;
+
+  std::uint64_t lines() const;  // rows along the last dimension: product of the other dimensions
+  std::uint64_t count() const;  // tiles
+  std::size_t row_bytes() const { return std::size_t(dims.back()) * element_bytes; }
+};
+
+// Values along the last dimension: `elements` of line `line` from column `column`.
+struct Run {
+  std::uint64_t line = 0;
+  hsize_t column = 0;
+  hsize_t elements = 0;
+};
+
+// Both Fletcher32 sums of a tile, modulo 65535.
+struct TileSums {
+  std::int64_t a = 0;
+  std::int64_t b = 0;
+};
+
+// Tile sums built from runs (each inside one tile) given in any order.
+class TileDigests {
+ public:
+  explicit TileDigests(TileGrid grid);
+  // Adds the run's bytes, at `data`.
+  void add(const Run& run, const void* data);
+  // The tile a run lies in.
+  std::uint64_t tile_of(const Run& run) const;
+  // Every tile's sums (an all-reduce adds several ranks' and normalize() reduces them again).
+  std::vector<TileSums>& sums() { return sums_; }
+  void normalize();
+  std::uint32_t digest(std::uint64_t tile) const;
+  std::vector<std::uint32_t> digests() const;
+  const TileGrid& grid() const { return grid_; }
+
+ private:
+  TileGrid grid_;
+  std::vector<TileSums> sums_;
+};
+
+// Whether tensors of this element size are stored with tile digests (else: filtered chunks).
+inline bool uses_tile_digests(std::size_t element_bytes) {
+  return element_bytes % 2 == 0;
+}
+
+// Calls visit(run, local_byte_offset) for every run of `grid`'s tensor inside the selection:
+// along `dim` (-1: everything) only the rows of `runs`, with the byte offset of the run in the
+// selected tensor (the runs' rows at their local offsets). Runs are cut at tile boundaries and at
+// kMaxRunBytes, and come in file order. A sharded save sums its own part with it.
+inline constexpr std::size_t kMaxRunBytes = std::size_t(256) << 10;
+void for_each_selected_run(const TileGrid& grid, int dim, const std::vector<ShardRun>& runs,
+                           const std::function<void(const Run&, std::size_t)>& visit);
+
+// Writes a whole tensor (`data`, contiguous) into the dataset's bytes at `offset` of the file
+// open for writing at `fd`, adding each window of runs to `sums` just before it is written;
+// throws megatron::Error naming `name` and why the write failed.
+void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* data,
+                        const std::string& name);
+
+// Reads from the dataset at `offset` of the file at `fd` every tile the selection touches (whole:
+// rows and columns outside the selection go to a scratch buffer), checks each against `stored`,
+// and puts the selection into `out` (null: only checks). "" when intact, else
+// "tensor '<name>' is damaged: ..." naming the first bad tile.
+std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
+                              const std::vector<std::uint32_t>& stored, void* out, int dim,
+                              const std::vector<ShardRun>& runs, const std::string& name);
+
+}  // namespace megatron::checkpoint::detail

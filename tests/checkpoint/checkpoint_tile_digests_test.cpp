@@ -1,0 +1,291 @@
+// Tile digests (Note [Tile digests]): each tile's value is Fletcher32's two sums over the tile's
+// bytes whatever order and cut its runs come in (so ranks' parts add up to the whole); saves store
+// contiguous data with those values; slices along any dimension read back exactly and only
+// check the tiles they touch; damaged or missing checksum attributes are damage.
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "checkpoint/fletcher32.h"
+#include "checkpoint/tensor_layout.h"
+#include "checkpoint/tile_digests.h"
+#include "checkpoint_test_util.h"
+
+namespace megatron::checkpoint {
+namespace {
+
+using TileRun = detail::Run;
+using detail::TileDigests;
+using detail::TileGrid;
+using testing::bitwise_equal;
+using testing::TempDir;
+
+// Bytes that are not all alike: i * 2654435761 per element, so every tile sums differently.
+std::vector<float> values(std::size_t count) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i)
+    v[i] = static_cast<float>((i * 2654435761u) % 100003) * 0.01f - 500.0f;
+  return v;
+}
+
+// Every tile's value computed the plain way: the tile's bytes gathered row-major and summed in
+// one piece.
+std::vector<std::uint32_t> gathered_digests(const TileGrid& grid, const char* tensor) {
+  std::vector<std::uint32_t> out;
+  const std::size_t rank = grid.dims.size();
+  std::vector<hsize_t> origin(rank, 0);
+  for (;;) {
+    std::vector<char> bytes;
+    std::vector<hsize_t> index(origin);
+    std::vector<hsize_t> extent(rank);
+    for (std::size_t k = 0; k < rank; ++k)
+      extent[k] = std::min(grid.tile[k], grid.dims[k] - origin[k]);
+    // Every element of the tile in row-major order within it.
+    std::vector<hsize_t> at(rank, 0);
+    for (;;) {
+      hsize_t element = 0;
+      for (std::size_t k = 0; k < rank; ++k)
+        element = element * grid.dims[k] + origin[k] + at[k];
+      const char* p = tensor + element * grid.element_bytes;
+      bytes.insert(bytes.end(), p, p + grid.element_bytes);
+      std::size_t k = rank;
+      while (k-- > 0) {
+        if (++at[k] < extent[k]) break;
+        at[k] = 0;
+      }
+      if (k == std::size_t(-1)) break;
+    }
+    detail::Fletcher32 sum;
+    sum.add(bytes.data(), bytes.size());
+    out.push_back(std::uint32_t(sum.sum2() << 16) | std::uint32_t(sum.sum1()));
+    std::size_t k = rank;
+    while (k-- > 0) {
+      origin[k] += grid.tile[k];
+      if (origin[k] < grid.dims[k]) break;
+      origin[k] = 0;
+    }
+    if (k == std::size_t(-1)) break;
+  }
+  return out;
+}
+
+TEST(TileDigests, RunsInAnyOrderAndCutGiveEachTilesSums) {
+  for (const std::vector<hsize_t>& dims :
+       std::vector<std::vector<hsize_t>>{{700, 2500}, {3, 300, 1500}, {300001}, {5, 7}}) {
+    const TileGrid grid{dims, detail::chunk_dims(dims, 4), 4};
+    const std::vector<float> v =
+        values(std::accumulate(dims.begin(), dims.end(), std::size_t(1), std::multiplies<>()));
+    const char* bytes = reinterpret_cast<const char*>(v.data());
+    std::vector<std::pair<TileRun, std::size_t>> runs;
+    detail::for_each_selected_run(grid, -1, {}, [&](const TileRun& run, std::size_t at) {
+      runs.push_back({run, at});
+    });
+    // Backwards, each run cut in two uneven pieces.
+    TileDigests sums(grid);
+    for (auto it = runs.rbegin(); it != runs.rend(); ++it) {
+      const auto& [run, at] = *it;
+      const hsize_t first = run.elements / 3;
+      if (first > 0) sums.add({run.line, run.column, first}, bytes + at);
+      sums.add({run.line, run.column + first, run.elements - first}, bytes + at + first * 4);
+    }
+    EXPECT_EQ(sums.digests(), gathered_digests(grid, bytes)) << dims.size() << "-D";
+  }
+}
+
+// What each rank of a sharded save does: sums the runs of its own part (rows of `runs` along
+// `dim`, laid out as the part's own tensor), and the all-reduce adds the ranks' sums.
+TEST(TileDigests, RanksPartsAddUpToTheWholeTensorsSums) {
+  const std::vector<hsize_t> dims = {700, 2500};
+  const TileGrid grid{dims, detail::chunk_dims(dims, 4), 4};
+  const std::vector<float> whole = values(700 * 2500);
+  const std::vector<std::uint32_t> expected =
+      gathered_digests(grid, reinterpret_cast<const char*>(whole.data()));
+  // Three ranks cutting columns unevenly (one with two runs), then two cutting rows.
+  const std::vector<std::pair<int, std::vector<std::vector<ShardRun>>>> layouts = {
+      {1, {{{0, 0, 1000}}, {{1000, 0, 300}, {2000, 300, 500}}, {{1300, 0, 700}}}},
+      {0, {{{0, 0, 333}}, {{333, 0, 367}}}},
+  };
+  for (const auto& [dim, parts] : layouts) {
+    TileDigests total(grid);
+    for (const std::vector<ShardRun>& runs : parts) {
+      // The part as its rank holds it: the runs' rows along dim, at their local offsets.
+      std::int64_t rows = 0;
+      for (const ShardRun& run : runs)
+        rows += run.length;
+      const std::int64_t lines = dim == 0 ? rows : 700, columns = dim == 1 ? rows : 2500;
+      std::vector<float> part(std::size_t(lines * columns));
+      for (const ShardRun& run : runs) {
+        for (std::int64_t k = 0; k < run.length; ++k) {
+          for (std::int64_t other = 0; other < (dim == 0 ? 2500 : 700); ++other) {
+            const std::int64_t g = run.global_offset + k, l = run.local_offset + k;
+            part[std::size_t(dim == 0 ? l * columns + other : other * columns + l)] =
+                whole[std::size_t(dim == 0 ? g * 2500 + other : other * 2500 + g)];
+          }
+        }
+      }
+      TileDigests mine(grid);
+      const char* bytes = reinterpret_cast<const char*>(part.data());
+      detail::for_each_selected_run(
+          grid, dim, runs, [&](const TileRun& run, std::size_t at) { mine.add(run, bytes + at); });
+      for (std::size_t t = 0; t < mine.sums().size(); ++t) {
+        total.sums()[t].a += mine.sums()[t].a;
+        total.sums()[t].b += mine.sums()[t].b;
+      }
+    }
+    total.normalize();
+    EXPECT_EQ(total.digests(), expected) << "cut along " << dim;
+  }
+}
+
+// The rows `runs` select along `dim` of `full`, each run at its local offset.
+Tensor expected_slice(const Tensor& full, int dim, const std::vector<ShardRun>& runs) {
+  Shape local = full.shape();
+  std::int64_t rows = 0;
+  for (const ShardRun& run : runs)
+    rows += run.length;
+  local[std::size_t(dim)] = rows;
+  Tensor out = Tensor::empty(local, DType::f32);
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d)
+    outer *= full.shape()[std::size_t(d)];
+  for (std::size_t d = std::size_t(dim) + 1; d < full.shape().size(); ++d)
+    inner *= full.shape()[d];
+  const std::int64_t global_rows = full.shape()[std::size_t(dim)];
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (const ShardRun& run : runs)
+      for (std::int64_t r = 0; r < run.length; ++r)
+        std::memcpy(out.data<float>() + (o * rows + run.local_offset + r) * inner,
+                    full.data<float>() + (o * global_rows + run.global_offset + r) * inner,
+                    std::size_t(inner) * 4);
+  return out;
+}
+
+TEST(TileDigests, SavesStoreContiguousCheckedDataThatSlicesReadAtAnyCut) {
+  TempDir dir;
+  CheckpointState s;
+  s.iteration = 1;
+  s.tensors["w"] = testing::ramp({700, 2500}, 0.37f, -11.0f);
+  s.tensors["cube"] = testing::ramp({3, 300, 1500}, 0.5f, 2.0f);
+  s.tensors["ids"] = Tensor::from(std::vector<std::int64_t>{1, -2, std::int64_t(1) << 60}, {3});
+  s.tensors["mask"] = Tensor::from(std::vector<std::uint8_t>{1, 0, 1, 1, 0}, {5});
+  const auto file = save_checkpoint(dir.path(), s);
+  {
+    // Contiguous, starting on a 4 KiB boundary (the kernel copies aligned buffers fastest), with
+    // the digests of the bytes as stored; uint8 keeps Fletcher32-filtered chunks.
+    detail::Hdf5Lock lock;
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, "w", H5P_DEFAULT);
+    const hid_t dcpl = H5Dget_create_plist(d);
+    EXPECT_EQ(H5Pget_layout(dcpl), H5D_CONTIGUOUS);
+    EXPECT_EQ(H5Dget_offset(d) % 4096, 0u);
+    detail::StoredTiles tiles;
+    EXPECT_EQ(detail::read_tile_attributes(d, "w", {700, 2500}, 4, tiles), "");
+    EXPECT_EQ(tiles.digests,
+              gathered_digests(tiles.grid, static_cast<const char*>(s.tensors.at("w").raw_data())));
+    const hid_t mask = H5Dopen2(f, "mask", H5P_DEFAULT);
+    EXPECT_FALSE(detail::has_tile_digests(mask));
+    EXPECT_TRUE(detail::has_checksum(mask));
+    H5Dclose(mask);
+    H5Pclose(dcpl);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  const CheckpointState loaded = load_checkpoint(file);
+  for (const auto& [name, tensor] : s.tensors)
+    EXPECT_TRUE(bitwise_equal(loaded.tensors.at(name), tensor)) << name;
+  const VerifyReport report = verify_checkpoint(file);
+  EXPECT_TRUE(report.intact());
+  EXPECT_TRUE(report.unchecked.empty());
+
+  const CheckpointReader reader(file);
+  struct Case {
+    std::string name;
+    int dim;
+    std::vector<ShardRun> runs;
+  };
+  // One run, runs crossing tile edges, several runs out of order in the output, an empty run.
+  const std::vector<Case> cases = {
+      {"w", 0, {{100, 0, 350}}},
+      {"w", 1, {{1000, 0, 1100}}},
+      {"w", 1, {{0, 0, 5}, {1023, 5, 2}, {2400, 7, 100}}},
+      {"w", 0, {{600, 0, 100}, {0, 100, 17}, {300, 117, 0}}},
+      {"cube", 1, {{299, 0, 1}, {0, 1, 40}}},
+      {"cube", 2, {{1020, 0, 480}}},
+      {"cube", 0, {{2, 0, 1}}},
+  };
+  for (const Case& c : cases) {
+    const Tensor want = expected_slice(s.tensors.at(c.name), c.dim, c.runs);
+    Tensor got = Tensor::empty(want.shape(), DType::f32);
+    reader.read_slice(c.name, c.dim, c.runs, got);
+    EXPECT_TRUE(bitwise_equal(got, want)) << c.name << " along " << c.dim;
+    Tensor wide = Tensor::empty(want.shape(), DType::f64);  // converted as HDF5 would
+    reader.read_slice(c.name, c.dim, c.runs, wide);
+    EXPECT_TRUE(bitwise_equal(want.to(DType::f64), wide)) << c.name << " along " << c.dim;
+  }
+  EXPECT_ERROR_MENTIONING(
+      [&] {
+        Tensor three = Tensor::empty({3, 2500}, DType::f32);
+        reader.read_slice("w", 0, {{0, 0, 2}, {1, 2, 1}}, three);
+      }(),
+      "two runs read the same rows");
+}
+
+// Rewrites an attribute of dataset `name` (deleting it, or giving it `values`).
+void rewrite_attribute(const std::filesystem::path& file, const std::string& name,
+                       const char* attribute, const std::vector<std::uint64_t>* values) {
+  detail::Hdf5Lock lock;
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  H5Adelete(d, attribute);
+  if (values) {
+    const hsize_t count = values->size();
+    const hid_t space = H5Screate_simple(1, &count, nullptr);
+    const hid_t a = H5Acreate2(d, attribute, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_UINT64, values->data());
+    H5Aclose(a);
+    H5Sclose(space);
+  }
+  H5Dclose(d);
+  H5Fclose(f);
+}
+
+TEST(TileDigests, MissingOrDamagedChecksumAttributesAreDamage) {
+  struct Case {
+    const char* attribute;
+    std::vector<std::uint64_t> values;  // empty: deleted
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"fletcher32", {}, "its checksums are missing"},
+      {"fletcher32", {1, 2, 3}, "does not hold 9 checksums"},
+      {"fletcher32_tile", {}, "is not a tile shape of rank 2"},
+      {"fletcher32_tile", {0, 1024}, "its tile shape does not fit its shape"},
+      {"fletcher32_tile", {128, 1024}, "does not hold 15 checksums"},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    CheckpointState s;
+    s.iteration = 1;
+    s.tensors["w"] = testing::ramp({600, 2100}, 0.5f, 1.0f);
+    s.tensors["v"] = testing::ramp({7}, 0.5f, 1.0f);
+    const auto file = save_checkpoint(dir.path(), s);
+    rewrite_attribute(file, "w", c.attribute, c.values.empty() ? nullptr : &c.values);
+    EXPECT_ERROR_MENTIONING(load_checkpoint(file), "tensor 'w' is damaged", c.says);
+    const CheckpointReader reader(file);
+    Tensor rows = Tensor::empty({10, 2100}, DType::f32);
+    EXPECT_ERROR_MENTIONING(reader.read_slice("w", 0, {{0, 0, 10}}, rows), "tensor 'w' is damaged",
+                            c.says);
+    Tensor v = Tensor::empty({7}, DType::f32);
+    reader.read_slice("v", -1, {}, v);
+    EXPECT_TRUE(bitwise_equal(s.tensors.at("v"), v));
+    const VerifyReport report = verify_checkpoint(file);
+    ASSERT_EQ(report.damaged.size(), 1u) << c.says;
+    EXPECT_NE(report.damaged[0].find(c.says), std::string::npos) << report.damaged[0];
+  }
+}
+
+}  // namespace
+}  // namespace megatron::checkpoint
