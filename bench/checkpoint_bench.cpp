@@ -82,6 +82,10 @@ void save_by_hand(const fs::path& dir, const checkpoint::CheckpointState& s, For
     Handle fapl = checkpoint::detail::file_access_properties();
     Handle f(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     checkpoint::detail::write_state_attributes(f.get(), s);
+    // Format version 1: its tensors are chunks (with or without the filter) or, before
+    // checksums, contiguous without any (version 2 files must carry tile digests).
+    H5Adelete(f.get(), "format_version");
+    checkpoint::detail::write_int_attribute(f.get(), "format_version", 1);
     Handle links(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
     H5Pset_create_intermediate_group(links.get(), 1);
     for (const auto& [name, t] : s.tensors) {

@@ -17,7 +17,8 @@ using megatron::DType;
 using megatron::Tensor;
 
 // Seeds: checkpoints as the trainer writes them (tensors of each stored dtype, a scalar, a tensor
-// spanning several chunks, attributes, a config), one with a damaged chunk.
+// spanning several tiles, a uint8 one in a Fletcher32 chunk, attributes, a config), one with
+// damaged data.
 void write_seeds() {
   const auto dir = megatron::fuzz::seed_dir();
   if (!dir) return;
@@ -36,7 +37,7 @@ void write_seeds() {
   state.tensors["optimizer/step"] = Tensor::full({}, DType::i64, 3);
   state.tensors["optimizer/exp_avg/bias"] = Tensor::full({4}, DType::f64, 0.125);
   state.tensors["data/mask"] = Tensor::full({6}, DType::u8, 1);
-  // Two chunks of 1024 along the last dimension (Note [Checksums]).
+  // Two tiles of 1024 along the last dimension (Note [Tile digests]).
   state.tensors["model/wide"] = Tensor::full({1, 1500}, DType::i32, 9);
   const auto seed_ckpt = megatron::fuzz::scratch_dir() / "seed_ckpt";
   const auto file = ckpt::save_checkpoint(seed_ckpt, state);

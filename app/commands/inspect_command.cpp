@@ -271,7 +271,7 @@ int run_inspect(MpiRuntime& runtime, const std::vector<std::string>& args) {
       "count, min, max, mean, std and L2 norm, then the model's parameter count.\n"
       "With --diff, compares tensor by tensor and exits 0 when identical, 1 when they differ\n"
       "(attribute and config differences are noted but do not count); 2 for bad input.\n"
-      "With --verify, reads every tensor so each chunk is checked against the checksum written\n"
+      "With --verify, reads every tensor so each tile is checked against the checksum written\n"
       "at save; exits 0 when intact, 1 naming every damaged tensor.\n\n"
       "Options");
   bool help = false;

@@ -83,13 +83,15 @@ TEST(TileDigests, RunsInAnyOrderAndCutGiveEachTilesSums) {
     detail::for_each_selected_run(grid, -1, {}, [&](const TileRun& run, std::size_t at) {
       runs.push_back({run, at});
     });
-    // Backwards, each run cut in two uneven pieces.
+    // Backwards, each run cut in two uneven pieces (a run of whole lines may be cut mid-line).
     TileDigests sums(grid);
+    const hsize_t columns = dims.back();
     for (auto it = runs.rbegin(); it != runs.rend(); ++it) {
       const auto& [run, at] = *it;
-      const hsize_t first = run.elements / 3;
+      const hsize_t first = run.elements / 3, second = run.column + first;
       if (first > 0) sums.add({run.line, run.column, first}, bytes + at);
-      sums.add({run.line, run.column + first, run.elements - first}, bytes + at + first * 4);
+      sums.add({run.line + second / columns, second % columns, run.elements - first},
+               bytes + at + first * 4);
     }
     EXPECT_EQ(sums.digests(), gathered_digests(grid, bytes)) << dims.size() << "-D";
   }

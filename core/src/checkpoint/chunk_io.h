@@ -1,5 +1,7 @@
-// Direct chunk I/O: whole tensors written and read chunk by chunk with the Fletcher32 checksum
-// computed here instead of in HDF5's filter pipeline (Note [Direct chunk I/O]).
+// Direct chunk I/O: tensors in Fletcher32-filtered chunks (uint8 tensors; every tensor of
+// format_version 1 files) written and read chunk by chunk with the checksum computed here
+// instead of in HDF5's filter pipeline (Note [Direct chunk I/O]). Other tensors are contiguous
+// with tile digests (tile_digests.h).
 #pragma once
 
 #include <hdf5.h>

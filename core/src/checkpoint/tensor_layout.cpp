@@ -166,8 +166,12 @@ std::string read_tiles(hid_t dataset, const std::string& name, const std::vector
                        void* out, int partition_dim, const std::vector<ShardRun>& runs) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   const std::size_t element_bytes = type.valid() ? H5Tget_size(type.get()) : 0;
-  if (!uses_tile_digests(element_bytes) || element_bytes == 0)
+  // The bytes are read as they lie: little-endian, as every tensor is stored.
+  if (!uses_tile_digests(element_bytes) || element_bytes == 0 ||
+      H5Tget_order(type.get()) != H5T_ORDER_LE) {
+    hdf5_error_detail();
     return "tensor '" + name + "' is damaged: its element type does not go with its checksums";
+  }
   StoredTiles tiles;
   if (std::string damage = read_tile_attributes(dataset, name, dims, element_bytes, tiles);
       !damage.empty()) {

@@ -118,12 +118,37 @@ Walk make_walk(const TileGrid& grid, int dim, const std::vector<ShardRun>& runs,
   return walk;
 }
 
+// Whether a tile holds whole lines, consecutive in the file: it spans the last dimension and
+// every dimension between the first and the last (a [256, 1024] tile of a [3072, 1024] matrix).
+bool tiles_of_whole_lines(const TileGrid& grid) {
+  const std::size_t last = grid.dims.size() - 1;
+  if (last == 0) return false;
+  for (std::size_t k = 1; k <= last; ++k)
+    if (grid.tile[k] != grid.dims[k]) return false;
+  return true;
+}
+
 // Calls visit(run, local byte offset or kScratch) for every run of the walk, in file order.
+// Where tiles hold whole lines and the walk takes lines whole, consecutive lines of one tile going
+// to consecutive places (or all to scratch) make one run of up to kMaxRunBytes: the sums cost
+// per run, and a window's worth of 4 KiB rows summed one by one cost several times the check.
 template <typename Visit>
 void walk_runs(const TileGrid& grid, const Walk& walk, Visit visit) {
   const std::size_t last = grid.dims.size() - 1;
   const std::uint64_t lines = grid.lines();
   const std::int64_t local_columns = std::int64_t(walk.local_dims[last]);
+  const std::int64_t row_bytes = std::int64_t(grid.row_bytes());
+  const bool merge = tiles_of_whole_lines(grid) && walk.columns.size() == 1 &&
+                     walk.columns[0].count == grid.dims[last] &&
+                     std::size_t(row_bytes) <= kMaxRunBytes;
+  // Lines per index of the first dimension, and so per tile row: lines / dims[0].
+  const std::uint64_t lines_per_outer = lines / grid.dims[0];
+  Run pending;
+  std::int64_t pending_local = kScratch;
+  const auto emit = [&] {
+    if (pending.elements > 0) visit(pending, pending_local);
+    pending.elements = 0;
+  };
   std::array<hsize_t, kMaxRank> index{};
   for (std::uint64_t line = 0; line < lines; ++line) {
     std::int64_t local_line = 0;
@@ -143,14 +168,38 @@ void walk_runs(const TileGrid& grid, const Walk& walk, Visit visit) {
         const std::int64_t local = scratch || c.local < 0 ? kScratch
                                                           : (local_line * local_columns + c.local) *
                                                                 std::int64_t(grid.element_bytes);
-        visit(Run{line, c.from, c.count}, local);
+        const Run run{line, c.from, c.count};
+        if (!merge) {
+          visit(run, local);
+          continue;
+        }
+        const std::uint64_t lines_pending = pending.elements / grid.dims[last];
+        const bool joins =
+            pending.elements > 0 && pending.line + lines_pending == line &&
+            pending.line / lines_per_outer / grid.tile[0] ==
+                line / lines_per_outer / grid.tile[0] &&
+            (local == kScratch
+                 ? pending_local == kScratch
+                 : pending_local >= 0 &&
+                       pending_local + std::int64_t(lines_pending) * row_bytes == local) &&
+            (lines_pending + 1) * std::uint64_t(row_bytes) <= kMaxRunBytes;
+        if (joins) {
+          pending.elements += c.count;
+        } else {
+          emit();
+          pending = run;
+          pending_local = local;
+        }
       }
+    } else {
+      emit();
     }
     for (std::size_t k = last; k-- > 0;) {  // the next line's index, last-but-one fastest
       if (++index[k] < grid.dims[k]) break;
       index[k] = 0;
     }
   }
+  emit();
 }
 
 // preadv or pwritev of all of `iov` at `offset`, resuming after short transfers; "" or why not.
@@ -248,22 +297,7 @@ std::uint64_t TileGrid::count() const {
 TileDigests::TileDigests(TileGrid grid)
     : grid_(std::move(grid)), sums_(static_cast<std::size_t>(grid_.count())) {}
 
-std::uint64_t TileDigests::tile_of(const Run& run) const {
-  const std::size_t rank = grid_.dims.size();
-  std::array<hsize_t, kMaxRank> index{};
-  std::uint64_t rest = run.line;
-  for (std::size_t k = rank - 1; k-- > 0;) {
-    index[k] = rest % grid_.dims[k];
-    rest /= grid_.dims[k];
-  }
-  index[rank - 1] = run.column;
-  std::uint64_t tile = 0;
-  for (std::size_t k = 0; k < rank; ++k)
-    tile = tile * ((grid_.dims[k] + grid_.tile[k] - 1) / grid_.tile[k]) + index[k] / grid_.tile[k];
-  return tile;
-}
-
-void TileDigests::add(const Run& run, const void* data) {
+TileDigests::Place TileDigests::place(const Run& run) const {
   const std::size_t rank = grid_.dims.size(), last = rank - 1;
   std::array<hsize_t, kMaxRank> index{};
   std::uint64_t rest = run.line;
@@ -272,24 +306,37 @@ void TileDigests::add(const Run& run, const void* data) {
     rest /= grid_.dims[k];
   }
   index[last] = run.column;
-  // The tile, the run's first element in the tile (row-major within it) and the tile's size.
-  std::uint64_t tile = 0, position = 0, elements = 1;
+  // The tile (row-major over the grid), the run's first element within it (row-major within the
+  // tile) and the tile's element count.
+  Place at;
+  std::uint64_t elements = 1;
   for (std::size_t k = 0; k < rank; ++k) {
     const hsize_t t = index[k] / grid_.tile[k];
     const hsize_t extent = std::min(grid_.tile[k], grid_.dims[k] - t * grid_.tile[k]);
-    tile = tile * ((grid_.dims[k] + grid_.tile[k] - 1) / grid_.tile[k]) + t;
-    position = position * extent + (index[k] - t * grid_.tile[k]);
+    at.tile = at.tile * ((grid_.dims[k] + grid_.tile[k] - 1) / grid_.tile[k]) + t;
+    at.first = at.first * extent + (index[k] - t * grid_.tile[k]);
     elements *= extent;
   }
+  at.elements = elements;
+  return at;
+}
+
+std::uint64_t TileDigests::tile_of(const Run& run) const {
+  return place(run).tile;
+}
+
+void TileDigests::add(const Run& run, const void* data) {
+  const Place at = place(run);
   const std::uint64_t words_per_element = grid_.element_bytes / 2;
-  const std::uint64_t words = elements * words_per_element;
-  const std::uint64_t first = position * words_per_element;
+  const std::uint64_t words = at.elements * words_per_element;
+  const std::uint64_t first = at.first * words_per_element;
   const std::uint64_t length = run.elements * words_per_element;
   Fletcher32 sum;
   sum.add(data, run.elements * grid_.element_bytes);
   const auto a = std::int64_t(sum.sum1()), b = std::int64_t(sum.sum2());
+  // The run's own B weighs its first word m; in the tile it weighs m + the words after the run.
   const auto after = std::int64_t((words - first - length) % std::uint64_t(kModulus));
-  TileSums& s = sums_[std::size_t(tile)];
+  TileSums& s = sums_[std::size_t(at.tile)];
   s.a = (s.a + a) % kModulus;
   s.b = (s.b + b + after * a) % kModulus;
 }
@@ -333,10 +380,27 @@ void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* d
       throw Error("cannot write tensor '" + name + "': " + error);
     window.clear();
   };
+  // Windows end on multiples of kWindowBytes of the file, so the page cache holds the file in
+  // large folios: written in windows that start 4 KiB past such a boundary, a page-cache read of
+  // it took 27% longer (bench/RESULTS.md).
+  const std::size_t element = grid.element_bytes;
+  const hsize_t columns = grid.dims.back();
   walk_runs(grid, make_walk(grid, -1, {}, false), [&](const Run& run, std::int64_t local) {
-    window.add({run, run_offset(grid, offset, run), tensor + local,
-                std::size_t(run.elements) * grid.element_bytes});
-    if (window.full()) flush();
+    Run rest = run;
+    char* memory = tensor + local;
+    while (rest.elements > 0) {
+      const std::uint64_t at = run_offset(grid, offset, rest);
+      const std::uint64_t to_boundary = kWindowBytes - at % kWindowBytes;
+      const hsize_t take =
+          std::min<hsize_t>(rest.elements, std::max<std::uint64_t>(1, to_boundary / element));
+      window.add({Run{rest.line, rest.column, take}, at, memory, std::size_t(take) * element});
+      if ((at + take * element) % kWindowBytes == 0 || window.full()) flush();
+      memory += take * element;
+      rest.elements -= take;
+      rest.column += take;
+      rest.line += rest.column / columns;
+      rest.column %= columns;
+    }
   });
   flush();
 }

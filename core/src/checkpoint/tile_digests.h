@@ -46,7 +46,8 @@ struct TileGrid {
   std::size_t row_bytes() const { return std::size_t(dims.back()) * element_bytes; }
 };
 
-// Values along the last dimension: `elements` of line `line` from column `column`.
+// Values in file order: `elements` from column `column` of line `line` (a line is a row along the
+// last dimension); past the line's end only when the tile holds whole lines (the next lines).
 struct Run {
   std::uint64_t line = 0;
   hsize_t column = 0;
@@ -75,6 +76,14 @@ class TileDigests {
   const TileGrid& grid() const { return grid_; }
 
  private:
+  // Where a run lies: its tile, its first element within the tile and the tile's elements.
+  struct Place {
+    std::uint64_t tile = 0;
+    std::uint64_t first = 0;
+    std::uint64_t elements = 0;
+  };
+  Place place(const Run& run) const;
+
   TileGrid grid_;
   std::vector<TileSums> sums_;
 };
@@ -86,7 +95,7 @@ inline bool uses_tile_digests(std::size_t element_bytes) {
 
 // Calls visit(run, local_byte_offset) for every run of `grid`'s tensor inside the selection:
 // along `dim` (-1: everything) only the rows of `runs`, with the byte offset of the run in the
-// selected tensor (the runs' rows at their local offsets). Runs are cut at tile boundaries and at
+// selected tensor (the runs' rows at their local offsets). Runs lie in one tile, hold at most
 // kMaxRunBytes, and come in file order. A sharded save sums its own part with it.
 inline constexpr std::size_t kMaxRunBytes = std::size_t(256) << 10;
 void for_each_selected_run(const TileGrid& grid, int dim, const std::vector<ShardRun>& runs,
