@@ -142,29 +142,6 @@ TEST(TileDigests, RanksPartsAddUpToTheWholeTensorsSums) {
   }
 }
 
-// The rows `runs` select along `dim` of `full`, each run at its local offset.
-Tensor expected_slice(const Tensor& full, int dim, const std::vector<ShardRun>& runs) {
-  Shape local = full.shape();
-  std::int64_t rows = 0;
-  for (const ShardRun& run : runs)
-    rows += run.length;
-  local[std::size_t(dim)] = rows;
-  Tensor out = Tensor::empty(local, DType::f32);
-  std::int64_t outer = 1, inner = 1;
-  for (int d = 0; d < dim; ++d)
-    outer *= full.shape()[std::size_t(d)];
-  for (std::size_t d = std::size_t(dim) + 1; d < full.shape().size(); ++d)
-    inner *= full.shape()[d];
-  const std::int64_t global_rows = full.shape()[std::size_t(dim)];
-  for (std::int64_t o = 0; o < outer; ++o)
-    for (const ShardRun& run : runs)
-      for (std::int64_t r = 0; r < run.length; ++r)
-        std::memcpy(out.data<float>() + (o * rows + run.local_offset + r) * inner,
-                    full.data<float>() + (o * global_rows + run.global_offset + r) * inner,
-                    std::size_t(inner) * 4);
-  return out;
-}
-
 TEST(TileDigests, SavesStoreContiguousCheckedDataThatSlicesReadAtAnyCut) {
   TempDir dir;
   CheckpointState s;
@@ -202,31 +179,8 @@ TEST(TileDigests, SavesStoreContiguousCheckedDataThatSlicesReadAtAnyCut) {
   EXPECT_TRUE(report.intact());
   EXPECT_TRUE(report.unchecked.empty());
 
+  testing::expect_slices_read_back(file, s);
   const CheckpointReader reader(file);
-  struct Case {
-    std::string name;
-    int dim;
-    std::vector<ShardRun> runs;
-  };
-  // One run, runs crossing tile edges, several runs out of order in the output, an empty run.
-  const std::vector<Case> cases = {
-      {"w", 0, {{100, 0, 350}}},
-      {"w", 1, {{1000, 0, 1100}}},
-      {"w", 1, {{0, 0, 5}, {1023, 5, 2}, {2400, 7, 100}}},
-      {"w", 0, {{600, 0, 100}, {0, 100, 17}, {300, 117, 0}}},
-      {"cube", 1, {{299, 0, 1}, {0, 1, 40}}},
-      {"cube", 2, {{1020, 0, 480}}},
-      {"cube", 0, {{2, 0, 1}}},
-  };
-  for (const Case& c : cases) {
-    const Tensor want = expected_slice(s.tensors.at(c.name), c.dim, c.runs);
-    Tensor got = Tensor::empty(want.shape(), DType::f32);
-    reader.read_slice(c.name, c.dim, c.runs, got);
-    EXPECT_TRUE(bitwise_equal(got, want)) << c.name << " along " << c.dim;
-    Tensor wide = Tensor::empty(want.shape(), DType::f64);  // converted as HDF5 would
-    reader.read_slice(c.name, c.dim, c.runs, wide);
-    EXPECT_TRUE(bitwise_equal(want.to(DType::f64), wide)) << c.name << " along " << c.dim;
-  }
   EXPECT_ERROR_MENTIONING(
       [&] {
         Tensor three = Tensor::empty({3, 2500}, DType::f32);

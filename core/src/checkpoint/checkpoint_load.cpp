@@ -446,6 +446,63 @@ Shape CheckpointReader::shape(const std::string& name) const {
   return Shape(dims.begin(), dims.end());
 }
 
+namespace {
+
+// Reads the whole tensor or the runs' rows of a dataset of `global` shape into `raw` (of `local`
+// shape and the stored dtype), checking the checksums it carries.
+void read_stored(const fs::path& path, hid_t dataset, hid_t file_space, const std::string& name,
+                 const Shape& global, const Shape& local, int partition_dim,
+                 const std::vector<ShardRun>& runs, Tensor& raw) {
+  const std::string file = "checkpoint " + path.string() + ": ";
+  if (detail::has_tile_digests(dataset)) {
+    const std::string damage = detail::read_tiles(dataset, name, detail::stored_dims(global),
+                                                  raw.raw_data(), partition_dim, runs);
+    if (!damage.empty()) throw CheckpointDamagedError(file + damage);
+    return;
+  }
+  if (detail::direct_chunks(dataset, memory_type(raw.dtype()))) {
+    const std::optional<std::string> damage =
+        detail::read_chunks(dataset, name, detail::stored_dims(global), raw.element_size(),
+                            raw.raw_data(), partition_dim, runs);
+    if (damage && !damage->empty()) throw CheckpointDamagedError(file + *damage);
+    if (damage) return;
+  }
+  // Through HDF5: the whole tensor, or one hyperslab per run (a single read of their union would
+  // place the rows in file order, not at each run's local offset).
+  if (partition_dim < 0) {
+    if (H5Dread(dataset, memory_type(raw.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.raw_data()) <
+        0) {
+      throw CheckpointDamagedError(file + detail::damage_message(name));
+    }
+    return;
+  }
+  const std::vector<hsize_t> local_dims(local.begin(), local.end());
+  Handle memory_space(H5Screate_simple(int(local_dims.size()), local_dims.data(), nullptr),
+                      H5Sclose);
+  const auto d = static_cast<std::size_t>(partition_dim);
+  for (const ShardRun& run : runs) {
+    if (run.length == 0) continue;
+    std::vector<hsize_t> start(global.size(), 0), count(global.begin(), global.end());
+    start[d] = static_cast<hsize_t>(run.global_offset);
+    count[d] = static_cast<hsize_t>(run.length);
+    std::vector<hsize_t> at(global.size(), 0);
+    at[d] = static_cast<hsize_t>(run.local_offset);
+    if (!memory_space.valid() ||
+        H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                            nullptr) < 0 ||
+        H5Sselect_hyperslab(memory_space.get(), H5S_SELECT_SET, at.data(), nullptr, count.data(),
+                            nullptr) < 0) {
+      throw Error(file + "tensor '" + name + "': cannot select a slice" + hdf5_reason());
+    }
+    if (H5Dread(dataset, memory_type(raw.dtype()), memory_space.get(), file_space, H5P_DEFAULT,
+                raw.raw_data()) < 0) {
+      throw CheckpointDamagedError(file + detail::damage_message(name));
+    }
+  }
+}
+
+}  // namespace
+
 void CheckpointReader::read_slice(const std::string& name, int partition_dim,
                                   const std::vector<ShardRun>& runs, Tensor& out) const {
   const std::string where = "checkpoint " + file_.string() + ", tensor '" + name + "': ";
@@ -484,58 +541,17 @@ void CheckpointReader::read_slice(const std::string& name, int partition_dim,
       !damage.empty()) {
     throw CheckpointDamagedError("checkpoint " + file_.string() + ": " + damage);
   }
-  if (detail::has_tile_digests(dataset.get())) {
-    // Read as stored, then converted (an f32 tensor into f64, as H5Dread would).
-    Handle type(H5Dget_type(dataset.get()), H5Tclose);
-    const DType stored = stored_dtype(type.get(), name);
-    Tensor raw = stored == target.dtype() ? target : Tensor::empty(local, stored);
-    if (const std::string problem = runs_problem(partition_dim, runs); !problem.empty())
-      throw Error(where + problem);
-    const std::string damage = detail::read_tiles(dataset.get(), name, detail::stored_dims(global),
-                                                  raw.raw_data(), partition_dim, runs);
-    if (!damage.empty())
-      throw CheckpointDamagedError("checkpoint " + file_.string() + ": " + damage);
-    if (stored != target.dtype()) {
-      const Tensor converted = raw.to(target.dtype());
-      std::memcpy(target.raw_data(), converted.raw_data(), target.nbytes());
-    }
-    narrow_into(out, target, half);
-    return;
-  }
-  if (detail::direct_chunks(dataset.get(), memory_type(target.dtype()))) {
-    const std::optional<std::string> damage =
-        detail::read_chunks(dataset.get(), name, detail::stored_dims(global), target.element_size(),
-                            target.raw_data(), partition_dim, runs);
-    if (damage && !damage->empty())
-      throw CheckpointDamagedError("checkpoint " + file_.string() + ": " + *damage);
-    if (damage) {
-      narrow_into(out, target, half);
-      return;
-    }
-  }
-  Handle memory_space;
-  if (partition_dim >= 0) {
-    std::vector<hsize_t> start(global.size(), 0), count(global.begin(), global.end());
-    bool first = true;
-    for (const ShardRun& run : runs) {
-      if (run.length == 0) continue;
-      start[static_cast<std::size_t>(partition_dim)] = static_cast<hsize_t>(run.global_offset);
-      count[static_cast<std::size_t>(partition_dim)] = static_cast<hsize_t>(run.length);
-      if (H5Sselect_hyperslab(file_space.get(), first ? H5S_SELECT_SET : H5S_SELECT_OR,
-                              start.data(), nullptr, count.data(), nullptr) < 0) {
-        throw Error(where + "cannot select a slice" + hdf5_reason());
-      }
-      first = false;
-    }
-    std::vector<hsize_t> dims(local.begin(), local.end());
-    memory_space = Handle(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
-  }
-  const hid_t mem = memory_space.valid() ? memory_space.get() : H5S_ALL;
-  const hid_t fil = memory_space.valid() ? file_space.get() : H5S_ALL;
-  if (H5Dread(dataset.get(), memory_type(target.dtype()), mem, fil, H5P_DEFAULT,
-              target.raw_data()) < 0) {
-    throw CheckpointDamagedError("checkpoint " + file_.string() + ": " +
-                                 detail::damage_message(name));
+  if (const std::string problem = runs_problem(partition_dim, runs); !problem.empty())
+    throw Error(where + problem);
+  // Read as stored, then converted (an f32 tensor into f64, as H5Dread would).
+  Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  const DType stored = stored_dtype(type.get(), name);
+  Tensor raw = stored == target.dtype() ? target : Tensor::empty(local, stored);
+  read_stored(file_, dataset.get(), file_space.get(), name, global, local, partition_dim, runs,
+              raw);
+  if (stored != target.dtype()) {
+    const Tensor converted = raw.to(target.dtype());
+    std::memcpy(target.raw_data(), converted.raw_data(), target.nbytes());
   }
   narrow_into(out, target, half);
 }

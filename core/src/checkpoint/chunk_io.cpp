@@ -16,6 +16,7 @@
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_layout.h"
+#include "checkpoint/tile_digests.h"
 #include "megatron/error.h"
 
 namespace megatron::checkpoint::detail {
@@ -214,28 +215,6 @@ std::optional<int> read_only_descriptor(hid_t dataset) {
   return *static_cast<int*>(handle);  // sec2's handle is its descriptor (direct_chunks checks)
 }
 
-// preadv of all of `iov` (no empty entries) from `offset`, resuming after short reads; "" or
-// why it failed.
-std::string read_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov) {
-  std::size_t next = 0;
-  while (next < iov.size()) {
-    const int count = int(std::min<std::size_t>(iov.size() - next, IOV_MAX));
-    const ssize_t got = ::preadv(fd, iov.data() + next, count, off_t(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return std::strerror(errno);
-    if (got == 0) return "the file ends inside it";
-    offset += std::uint64_t(got);
-    for (std::size_t left = std::size_t(got); left > 0;) {
-      const std::size_t take = std::min(left, iov[next].iov_len);
-      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + take;
-      iov[next].iov_len -= take;
-      left -= take;
-      if (iov[next].iov_len == 0) ++next;
-    }
-  }
-  return "";
-}
-
 // Reads the chunk of `chunk_bytes` (> 0) stored at `address`, its data and then the 4-byte
 // checksum into `written`, in one scattered read per window: `pieces` (sorted here; they must not
 // overlap) into their destinations, the rest into `scratch`. Adds every data byte to `sum` in chunk
@@ -273,12 +252,13 @@ std::optional<std::string> read_chunk(int fd, haddr_t address, std::size_t chunk
   if (at < chunk_bytes) add(scratch.get() + at, chunk_bytes - at);
   starts.push_back(iov.size());
   unsigned char checksum[kChecksumBytes];
-  std::vector<iovec> unread;  // read_fully advances it
+  std::vector<iovec> unread;  // transfer_fully advances it
   for (std::size_t w = 0; w + 1 < starts.size(); ++w) {
     unread.assign(iov.begin() + std::ptrdiff_t(starts[w]),
                   iov.begin() + std::ptrdiff_t(starts[w + 1]));
     if (w + 2 == starts.size()) unread.push_back({checksum, kChecksumBytes});
-    if (std::string error = read_fully(fd, address + w * kWindowBytes, unread); !error.empty())
+    if (std::string error = transfer_fully(fd, address + w * kWindowBytes, unread, false);
+        !error.empty())
       return error;
     for (std::size_t i = starts[w]; i < starts[w + 1]; ++i)
       sum.add(iov[i].iov_base, iov[i].iov_len);

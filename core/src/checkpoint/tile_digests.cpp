@@ -202,28 +202,6 @@ void walk_runs(const TileGrid& grid, const Walk& walk, Visit visit) {
   emit();
 }
 
-// preadv or pwritev of all of `iov` at `offset`, resuming after short transfers; "" or why not.
-std::string transfer_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov, bool write) {
-  std::size_t next = 0;
-  while (next < iov.size()) {
-    const int count = int(std::min<std::size_t>(iov.size() - next, IOV_MAX));
-    const ssize_t done = write ? ::pwritev(fd, iov.data() + next, count, off_t(offset))
-                               : ::preadv(fd, iov.data() + next, count, off_t(offset));
-    if (done < 0 && errno == EINTR) continue;
-    if (done < 0) return std::strerror(errno);
-    if (done == 0) return write ? "nothing could be written" : "the file ends inside it";
-    offset += std::uint64_t(done);
-    for (std::size_t left = std::size_t(done); left > 0;) {
-      const std::size_t take = std::min(left, iov[next].iov_len);
-      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + take;
-      iov[next].iov_len -= take;
-      left -= take;
-      if (iov[next].iov_len == 0) ++next;
-    }
-  }
-  return "";
-}
-
 // Runs waiting for one window's transfer: where each lies in the file and in memory.
 class Window {
  public:
@@ -279,6 +257,27 @@ std::uint64_t run_offset(const TileGrid& grid, haddr_t offset, const Run& run) {
 }
 
 }  // namespace
+
+std::string transfer_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov, bool write) {
+  std::size_t next = 0;
+  while (next < iov.size()) {
+    const int count = int(std::min<std::size_t>(iov.size() - next, IOV_MAX));
+    const ssize_t done = write ? ::pwritev(fd, iov.data() + next, count, off_t(offset))
+                               : ::preadv(fd, iov.data() + next, count, off_t(offset));
+    if (done < 0 && errno == EINTR) continue;
+    if (done < 0) return std::strerror(errno);
+    if (done == 0) return write ? "nothing could be written" : "the file ends inside it";
+    offset += std::uint64_t(done);
+    for (std::size_t left = std::size_t(done); left > 0;) {
+      const std::size_t take = std::min(left, iov[next].iov_len);
+      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + take;
+      iov[next].iov_len -= take;
+      left -= take;
+      if (iov[next].iov_len == 0) ++next;
+    }
+  }
+  return "";
+}
 
 std::uint64_t TileGrid::lines() const {
   std::uint64_t n = 1;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <hdf5.h>
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -100,6 +101,10 @@ inline bool uses_tile_digests(std::size_t element_bytes) {
 inline constexpr std::size_t kMaxRunBytes = std::size_t(256) << 10;
 void for_each_selected_run(const TileGrid& grid, int dim, const std::vector<ShardRun>& runs,
                            const std::function<void(const Run&, std::size_t)>& visit);
+
+// preadv or pwritev of all of `iov` (no empty entries) at `offset`, resuming after short
+// transfers and EINTR; "" or why it failed. Advances `iov`.
+std::string transfer_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov, bool write);
 
 // Writes a whole tensor (`data`, contiguous) into the dataset's bytes at `offset` of the file
 // open for writing at `fd`, adding each window of runs to `sums` just before it is written;
