@@ -206,13 +206,11 @@ constexpr std::size_t kWindowBytes = std::size_t(256) << 10;
 std::optional<int> read_only_descriptor(hid_t dataset) {
   Handle file(H5Iget_file_id(dataset), H5Fclose);
   unsigned intent = 0;
-  void* handle = nullptr;
-  if (!file.valid() || H5Fget_intent(file.get(), &intent) < 0 || (intent & H5F_ACC_RDWR) ||
-      H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &handle) < 0 || !handle) {
+  if (!file.valid() || H5Fget_intent(file.get(), &intent) < 0 || (intent & H5F_ACC_RDWR)) {
     hdf5_error_detail();
     return std::nullopt;
   }
-  return *static_cast<int*>(handle);  // sec2's handle is its descriptor (direct_chunks checks)
+  return file_descriptor(dataset);
 }
 
 // Reads the chunk of `chunk_bytes` (> 0) stored at `address`, its data and then the 4-byte
@@ -279,9 +277,7 @@ bool direct_chunks(hid_t dataset, hid_t memory_type) {
   }
   Handle type(H5Dget_type(dataset), H5Tclose);
   if (!type.valid() || H5Tequal(type.get(), memory_type) <= 0) return false;
-  Handle file(H5Iget_file_id(dataset), H5Fclose);
-  Handle fapl(file.valid() ? H5Fget_access_plist(file.get()) : H5I_INVALID_HID, H5Pclose);
-  return fapl.valid() && H5Pget_driver(fapl.get()) == H5FD_SEC2;
+  return file_descriptor(dataset).has_value();
 }
 
 void write_chunks(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
