@@ -52,7 +52,7 @@ void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
     const haddr_t offset = H5Dget_offset(dataset.get());
     if (!fd || offset == HADDR_UNDEF)
       throw Error("cannot find where dataset '" + name + "' is stored" + hdf5_reason());
-    detail::TileDigests sums({dims, detail::chunk_dims(dims, element_bytes), element_bytes});
+    detail::TileDigests sums(detail::tile_grid_for(dims, element_bytes));
     detail::write_with_digests(*fd, offset, sums, data.raw_data(), name);
     detail::write_tile_attributes(dataset.get(), sums.grid(), sums.digests());
   } else if (data.numel() > 0 && detail::direct_chunks(dataset.get(), types.memory)) {

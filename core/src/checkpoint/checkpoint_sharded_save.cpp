@@ -342,8 +342,7 @@ fs::path save_checkpoint_sharded(const fs::path& dir, const CheckpointState& sta
       const std::vector<hsize_t> dims = detail::stored_dims(declared.shape);
       const std::size_t element_bytes = H5Tget_size(detail::stored_types(declared.dtype).file);
       if (shape_numel(declared.shape) > 0 && detail::uses_tile_digests(element_bytes)) {
-        digests.emplace(
-            name, detail::TileGrid{dims, detail::chunk_dims(dims, element_bytes), element_bytes});
+        digests.emplace(name, detail::tile_grid_for(dims, element_bytes));
       }
     }
     try {

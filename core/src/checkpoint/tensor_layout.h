@@ -44,6 +44,11 @@ std::vector<hsize_t> stored_dims(const Shape& shape);
 std::string chunk_origin_text(const std::vector<hsize_t>& origin);
 // The chunk of a dataset of `dims` (none of them zero).
 std::vector<hsize_t> chunk_dims(const std::vector<hsize_t>& dims, std::size_t element_bytes);
+
+// The tiles a new tensor of `dims` is checksummed in (Note [Tile digests]): chunk_dims' shape.
+inline TileGrid tile_grid_for(const std::vector<hsize_t>& dims, std::size_t element_bytes) {
+  return TileGrid{dims, chunk_dims(dims, element_bytes), element_bytes};
+}
 // Dataset creation properties, fill values never written: a contiguous dataset allocated at
 // creation for tile digests (Note [Tile digests]), Fletcher32-filtered chunks for 1-byte elements.
 Handle tensor_creation_properties(const std::vector<hsize_t>& dims, std::size_t element_bytes);
