@@ -36,13 +36,15 @@ std::vector<hsize_t> chunk_dims(const std::vector<hsize_t>& dims, std::size_t el
 }
 
 Handle tensor_creation_properties(const std::vector<hsize_t>& dims, std::size_t element_bytes) {
+  const bool empty = std::find(dims.begin(), dims.end(), hsize_t(0)) != dims.end();
+  if (!empty && !uses_tile_digests(element_bytes)) {
+    return chunked_creation_properties(dims, element_bytes);
+  }
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   if (!dcpl.valid() || H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0) {
     throw Error("cannot set up dataset properties" + hdf5_reason());
   }
-  const bool empty = std::find(dims.begin(), dims.end(), hsize_t(0)) != dims.end();
   if (empty) return dcpl;
-  if (!uses_tile_digests(element_bytes)) return chunked_creation_properties(dims, element_bytes);
   // Allocated at creation, never filled: the data is written where H5Dget_offset says.
   if (H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 ||
       H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0) {
