@@ -176,6 +176,7 @@ void Load(benchmark::State& state, Format format, bool cold) {
       ->Arg(64)                                        \
       ->Arg(512)                                       \
       ->Unit(benchmark::kMillisecond)                  \
+      ->MeasureProcessCPUTime()                        \
       ->UseRealTime()
 
 MEGATRON_CHECKPOINT_BENCH(Save, checksummed, Format::checksummed);

@@ -2,17 +2,22 @@
 // bytes whatever order and cut its runs come in (so ranks' parts add up to the whole); saves store
 // contiguous data with those values; slices along any dimension read back exactly and only
 // check the tiles they touch; damaged or missing checksum attributes are damage.
+#include <fcntl.h>
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/fletcher32.h"
+#include "checkpoint/side_by_side.h"
 #include "checkpoint/tensor_layout.h"
 #include "checkpoint/tile_digests.h"
 #include "checkpoint_test_util.h"
+#include "megatron/backend/backend.h"
 
 namespace megatron::checkpoint {
 namespace {
@@ -187,6 +192,82 @@ TEST(TileDigests, SavesStoreContiguousCheckedDataThatSlicesReadAtAnyCut) {
         reader.read_slice("w", 0, {{0, 0, 2}, {1, 2, 1}}, three);
       }(),
       "two runs read the same rows");
+}
+
+// Stored digests of dataset `name`, and where its data starts.
+detail::StoredTiles stored_tiles(const std::filesystem::path& file, const std::string& name,
+                                 const std::vector<hsize_t>& dims) {
+  detail::Hdf5Lock lock;
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  detail::StoredTiles tiles;
+  EXPECT_EQ(detail::read_tile_attributes(d, name, dims, 4, tiles), "");
+  H5Dclose(d);
+  H5Fclose(f);
+  return tiles;
+}
+
+// Note [Sums beside the transfer]: with two threads a save sums beside its writes and a load
+// beside its reads (whole tensors and slices); the sums, the data read back and the damage found
+// are those of one thread summing each window in turn.
+TEST(TileDigests, SumsBesideTheTransferEqualSumsInTurn) {
+  const int previous = compute_threads();
+  std::vector<std::vector<std::uint32_t>> digests;
+  for (const int threads : {1, 2}) {
+    set_compute_threads(threads);
+    ASSERT_EQ(detail::side_by_side_possible(), threads == 2);
+    TempDir dir;
+    CheckpointState s;
+    s.iteration = 1;
+    s.tensors["w"] = testing::ramp({700, 2500}, 0.37f, -11.0f);  // 6.7 MiB: many windows
+    s.tensors["cube"] = testing::ramp({3, 300, 1500}, 0.5f, 2.0f);
+    const auto file = save_checkpoint(dir.path(), s);
+    const detail::StoredTiles tiles = stored_tiles(file, "w", {700, 2500});
+    EXPECT_EQ(tiles.digests,
+              gathered_digests(tiles.grid, static_cast<const char*>(s.tensors.at("w").raw_data())))
+        << threads << " threads";
+    digests.push_back(tiles.digests);
+    const CheckpointState loaded = load_checkpoint(file);
+    for (const auto& [name, tensor] : s.tensors)
+      EXPECT_TRUE(bitwise_equal(loaded.tensors.at(name), tensor)) << name;
+    testing::expect_slices_read_back(file, s);
+
+    // One byte changed in the last row: whole loads and slices through it fail, others read.
+    const int fd = ::open(file.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const off_t last = off_t(tiles.offset + 700 * 2500 * 4 - 3);
+    char byte = 0;
+    ASSERT_EQ(::pread(fd, &byte, 1, last), 1);
+    byte = char(byte ^ 0x10);
+    ASSERT_EQ(::pwrite(fd, &byte, 1, last), 1);
+    ::close(fd);
+    EXPECT_ERROR_MENTIONING(load_checkpoint(file), "tensor 'w' is damaged",
+                            "fails the checksum written when it was saved");
+    const CheckpointReader reader(file);
+    Tensor top = Tensor::empty({512, 2500}, DType::f32);
+    reader.read_slice("w", 0, {{0, 0, 512}}, top);
+    EXPECT_TRUE(bitwise_equal(s.tensors.at("w").slice(0, 0, 512).contiguous(), top));
+    Tensor bottom = Tensor::empty({188, 2500}, DType::f32);
+    EXPECT_ERROR_MENTIONING(reader.read_slice("w", 0, {{512, 0, 188}}, bottom),
+                            "tensor 'w' is damaged");
+    EXPECT_FALSE(verify_checkpoint(file).intact());
+  }
+  set_compute_threads(previous);
+  EXPECT_EQ(digests[0], digests[1]);
+}
+
+TEST(Progress, WaitsReturnOnceTheCountPassesOrItEnds) {
+  detail::Progress progress;
+  progress.advance_to(3);
+  EXPECT_TRUE(progress.wait_past(2));
+  bool past = true;
+  std::thread waiter([&] { past = progress.wait_past(5); });
+  progress.advance_to(5);
+  progress.end();
+  waiter.join();
+  EXPECT_FALSE(past);
+  EXPECT_TRUE(progress.wait_past(4));
+  EXPECT_FALSE(progress.wait_past(5));
 }
 
 // Rewrites an attribute of dataset `name` (deleting it, or giving it `values`).

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "checkpoint/fletcher32.h"
+#include "checkpoint/side_by_side.h"
 #include "checkpoint/tensor_layout.h"
 #include "megatron/error.h"
 
@@ -251,6 +252,75 @@ class Window {
   std::size_t bytes_ = 0;
 };
 
+// Windows on their way from the thread that reads them to the thread that sums them: window w
+// (with its scratch) fills slot w % kSlots once the sums are done with window w - kSlots.
+class WindowRing {
+ public:
+  static constexpr std::uint32_t kSlots = 4;
+  explicit WindowRing(std::size_t scratch_bytes) : scratch_bytes_(scratch_bytes) {}
+  Window& window(std::uint32_t w) { return windows_[w % kSlots]; }
+  // Window w's scratch (allocated on first use: whole-tensor reads need none).
+  char* scratch(std::uint32_t w) {
+    if (!scratch_) scratch_ = std::make_unique_for_overwrite<char[]>(kSlots * scratch_bytes_);
+    return scratch_.get() + (w % kSlots) * scratch_bytes_;
+  }
+
+  Progress read;    // windows read, in order
+  Progress summed;  // windows summed, in order
+
+ private:
+  std::array<Window, kSlots> windows_;
+  std::size_t scratch_bytes_;
+  std::unique_ptr<char[]> scratch_;
+};
+
+// Whether a tensor of `bytes` is read or written with its sums on a second thread: two windows
+// at least (one overlaps nothing), and no more pages than Progress counts.
+bool worth_a_second_thread(std::uint64_t bytes) {
+  return bytes >= 2 * kWindowBytes && bytes < (std::uint64_t(1) << 42);
+}
+
+// Whether the `bytes` at `offset` are in the page cache, judged by their last page: a read of it
+// that must not wait for the disk (RWF_NOWAIT) reads all of it. (Their first pages may be there
+// when the rest is not: the kernel's read-ahead behind HDF5's reads of the metadata before them.)
+// Reads from the disk are not made beside their sums: the second thread's waiting slowed cold
+// loads by 20-40% (bench/RESULTS.md).
+bool cached(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  std::array<char, 4096> page;
+  const std::uint64_t length = std::min<std::uint64_t>(bytes, page.size());
+  iovec iov{page.data(), std::size_t(length)};
+  return ::preadv2(fd, &iov, 1, off_t(offset + bytes - length), RWF_NOWAIT) == ssize_t(length);
+}
+
+// A whole tensor's bytes are handed over in pages: Progress counts those transferred.
+constexpr std::uint64_t kPageBytes = 4096;
+// Windows of a whole tensor's transfer when nothing is summed between them (bigger than
+// kWindowBytes: fewer system calls; still ending on kWindowBytes boundaries of the file).
+constexpr std::uint64_t kStreamBytes = std::uint64_t(1) << 20;
+
+// Transfers `bytes` between `memory` and the file at `offset` in windows of up to kStreamBytes
+// that end on kWindowBytes boundaries of the file, calling done(bytes so far) after each; "" or
+// why a transfer failed. Windows shrink towards the end (to a quarter of what is left, down to
+// kWindowBytes) so the sums of the last window, which nothing overlaps, are short.
+template <typename Done>
+std::string stream(int fd, std::uint64_t offset, char* memory, std::uint64_t bytes, bool write,
+                   Done done) {
+  std::vector<iovec> iov;
+  for (std::uint64_t at = 0; at < bytes;) {
+    const std::uint64_t left = bytes - at;
+    std::uint64_t end = offset + at + std::min(kStreamBytes, std::max(kWindowBytes, left / 4));
+    if (end % kWindowBytes != 0 && end - end % kWindowBytes > offset + at)
+      end -= end % kWindowBytes;
+    const std::uint64_t take = std::min(left, end - (offset + at));
+    iov.assign(1, iovec{memory + at, std::size_t(take)});
+    if (std::string error = transfer_fully(fd, offset + at, iov, write); !error.empty())
+      return error;
+    at += take;
+    done(at);
+  }
+  return "";
+}
+
 // The file offset of a run's first byte, for a dataset whose data starts at `offset`.
 std::uint64_t run_offset(const TileGrid& grid, haddr_t offset, const Run& run) {
   return offset + (run.line * grid.dims.back() + run.column) * grid.element_bytes;
@@ -370,38 +440,67 @@ void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* d
                         const std::string& name) {
   const TileGrid& grid = sums.grid();
   char* tensor = const_cast<char*>(static_cast<const char*>(data));  // iovec is not const
-  Window window;
-  const auto flush = [&] {
-    // Summed first, so the write copies what the sums just brought into the cache.
-    for (const Window::Piece& p : window.pieces())
-      sums.add(p.run, p.memory);
-    if (std::string error = window.transfer(fd, true); !error.empty())
-      throw Error("cannot write tensor '" + name + "': " + error);
-    window.clear();
+  // Writes every window; with `summing`, sums each just before writing it, so the write copies
+  // what the sums brought into the cache.
+  const auto write_windows = [&](bool summing) {
+    Window window;
+    const auto flush = [&] {
+      if (summing) {
+        for (const Window::Piece& p : window.pieces())
+          sums.add(p.run, p.memory);
+      }
+      if (std::string error = window.transfer(fd, true); !error.empty())
+        throw Error("cannot write tensor '" + name + "': " + error);
+      window.clear();
+    };
+    // Windows end on multiples of kWindowBytes of the file, so the page cache holds the file in
+    // large folios: written in windows that start 4 KiB past such a boundary, a page-cache read
+    // of it took 27% longer (bench/RESULTS.md).
+    const std::size_t element = grid.element_bytes;
+    const hsize_t columns = grid.dims.back();
+    walk_runs(grid, make_walk(grid, -1, {}, false), [&](const Run& run, std::int64_t local) {
+      Run rest = run;
+      char* memory = tensor + local;
+      while (rest.elements > 0) {
+        const std::uint64_t at = run_offset(grid, offset, rest);
+        const std::uint64_t to_boundary = kWindowBytes - at % kWindowBytes;
+        const hsize_t take =
+            std::min<hsize_t>(rest.elements, std::max<std::uint64_t>(1, to_boundary / element));
+        window.add({Run{rest.line, rest.column, take}, at, memory, std::size_t(take) * element});
+        if ((at + take * element) % kWindowBytes == 0 || window.full()) flush();
+        memory += take * element;
+        rest.elements -= take;
+        rest.column += take;
+        rest.line += rest.column / columns;
+        rest.column %= columns;
+      }
+    });
+    flush();
   };
-  // Windows end on multiples of kWindowBytes of the file, so the page cache holds the file in
-  // large folios: written in windows that start 4 KiB past such a boundary, a page-cache read of
-  // it took 27% longer (bench/RESULTS.md).
-  const std::size_t element = grid.element_bytes;
-  const hsize_t columns = grid.dims.back();
-  walk_runs(grid, make_walk(grid, -1, {}, false), [&](const Run& run, std::int64_t local) {
-    Run rest = run;
-    char* memory = tensor + local;
-    while (rest.elements > 0) {
-      const std::uint64_t at = run_offset(grid, offset, rest);
-      const std::uint64_t to_boundary = kWindowBytes - at % kWindowBytes;
-      const hsize_t take =
-          std::min<hsize_t>(rest.elements, std::max<std::uint64_t>(1, to_boundary / element));
-      window.add({Run{rest.line, rest.column, take}, at, memory, std::size_t(take) * element});
-      if ((at + take * element) % kWindowBytes == 0 || window.full()) flush();
-      memory += take * element;
-      rest.elements -= take;
-      rest.column += take;
-      rest.line += rest.column / columns;
-      rest.column %= columns;
-    }
-  });
-  flush();
+  // Note [Sums beside the transfer]: the tensor does not change while it is written, so a second
+  // thread sums it run by run (the same sums as window by window: Fletcher32 is linear) while
+  // this one writes it.
+  const auto sum_tensor = [&] {
+    walk_runs(grid, make_walk(grid, -1, {}, false),
+              [&](const Run& run, std::int64_t local) { sums.add(run, tensor + local); });
+  };
+  const std::uint64_t bytes = grid.lines() * grid.row_bytes();
+  if (!worth_a_second_thread(bytes)) {
+    write_windows(true);
+    return;
+  }
+  run_side_by_side(
+      [&](bool together) {
+        if (!together) {
+          write_windows(true);
+          return;
+        }
+        if (std::string error = stream(fd, offset, tensor, bytes, true, [](std::uint64_t) {});
+            !error.empty()) {
+          throw Error("cannot write tensor '" + name + "': " + error);
+        }
+      },
+      sum_tensor);
 }
 
 std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
@@ -409,33 +508,113 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<ShardRun>& runs, const std::string& name) {
   TileDigests sums(grid);
   std::vector<bool> touched(static_cast<std::size_t>(grid.count()), false);
-  const std::size_t scratch_bytes = kWindowBytes + kMaxRunBytes;
-  const auto scratch = std::make_unique_for_overwrite<char[]>(scratch_bytes);
-  std::size_t scratch_used = 0;
-  std::string error;
-  Window window;
-  const auto flush = [&] {
-    if (error.empty()) error = window.transfer(fd, false);
-    if (error.empty()) {
-      for (const Window::Piece& p : window.pieces()) {
-        sums.add(p.run, p.memory);
-        touched[std::size_t(sums.tile_of(p.run))] = true;
-      }
-    }
-    window.clear();
-    scratch_used = 0;
-  };
   const Walk walk = out ? make_walk(grid, dim, runs, true) : make_walk(grid, -1, {}, false);
   char* const tensor = static_cast<char*>(out);
-  walk_runs(grid, walk, [&](const Run& run, std::int64_t local) {
-    if (!error.empty()) return;
-    const std::size_t bytes = std::size_t(run.elements) * grid.element_bytes;
-    char* memory = tensor && local >= 0 ? tensor + local : scratch.get() + scratch_used;
-    if (!(tensor && local >= 0)) scratch_used += bytes;
-    window.add({run, run_offset(grid, offset, run), memory, bytes});
-    if (window.full()) flush();
-  });
-  flush();
+  WindowRing ring(kWindowBytes + kMaxRunBytes);
+  std::string error;  // why a read failed
+  const auto sum_window = [&](const Window& window) {
+    for (const Window::Piece& p : window.pieces()) {
+      sums.add(p.run, p.memory);
+      touched[std::size_t(sums.tile_of(p.run))] = true;
+    }
+  };
+  // Reads the windows in file order; `together`: hands each to the other thread to sum, else
+  // sums it here straight after its read, from the core's cache.
+  const auto read_windows = [&](bool together) {
+    std::uint32_t w = 0;
+    std::size_t scratch_used = 0;
+    const auto flush = [&] {
+      Window& window = ring.window(w);
+      if (window.pieces().empty() || !error.empty()) return;
+      error = window.transfer(fd, false);
+      if (!error.empty()) return;
+      if (together) {
+        ring.read.advance_to(w + 1);
+      } else {
+        sum_window(window);
+      }
+      ++w;
+      scratch_used = 0;
+      if (together && w >= WindowRing::kSlots) ring.summed.wait_past(w - WindowRing::kSlots);
+      ring.window(w).clear();
+    };
+    try {
+      walk_runs(grid, walk, [&](const Run& run, std::int64_t local) {
+        if (!error.empty()) return;
+        const std::size_t bytes = std::size_t(run.elements) * grid.element_bytes;
+        const bool kept = tensor && local >= 0;
+        char* memory = kept ? tensor + local : ring.scratch(w) + scratch_used;
+        if (!kept) scratch_used += bytes;
+        ring.window(w).add({run, run_offset(grid, offset, run), memory, bytes});
+        if (ring.window(w).full()) flush();
+      });
+      flush();
+    } catch (...) {
+      ring.read.end();
+      throw;
+    }
+    ring.read.end();
+  };
+  const auto sum_windows = [&] {
+    try {
+      for (std::uint32_t w = 0; ring.read.wait_past(w); ++w) {
+        sum_window(ring.window(w));
+        ring.summed.advance_to(w + 1);
+      }
+    } catch (...) {
+      ring.summed.end();
+      throw;
+    }
+  };
+  // A whole tensor read beside its sums: this thread reads its bytes in long windows, and the
+  // other walks its runs, summing each once its pages have arrived.
+  Progress pages;
+  const std::uint64_t bytes = grid.lines() * grid.row_bytes();
+  const auto read_whole = [&] {
+    try {
+      error = stream(fd, offset, tensor, bytes, false, [&](std::uint64_t done) {
+        pages.advance_to(std::uint32_t((done + kPageBytes - 1) / kPageBytes));
+      });
+    } catch (...) {
+      pages.end();
+      throw;
+    }
+    pages.end();
+  };
+  const auto sum_whole = [&] {
+    std::uint32_t arrived = 0;  // pages known to be read
+    bool stopped = false;
+    walk_runs(grid, walk, [&](const Run& run, std::int64_t local) {
+      const std::uint64_t end = std::uint64_t(local) + run.elements * grid.element_bytes;
+      const auto needed = std::uint32_t((end + kPageBytes - 1) / kPageBytes);
+      if (stopped) return;
+      if (arrived < needed) {
+        if (!pages.wait_past(needed - 1)) {
+          stopped = true;  // the read failed: the error says why
+          return;
+        }
+        arrived = needed;
+      }
+      sums.add(run, tensor + local);
+      touched[std::size_t(sums.tile_of(run))] = true;
+    });
+  };
+  const bool whole = tensor && walk.dim < 0;
+  if (!worth_a_second_thread(bytes) || !cached(fd, offset, bytes)) {
+    read_windows(false);
+  } else if (whole) {
+    run_side_by_side(
+        [&](bool together) {
+          if (together) {
+            read_whole();
+          } else {
+            read_windows(false);
+          }
+        },
+        sum_whole);
+  } else {
+    run_side_by_side(read_windows, sum_windows);
+  }
   if (!error.empty())
     return "tensor '" + name + "' is damaged: its data cannot be read back (" + error + ")";
   for (std::uint64_t t = 0; t < touched.size(); ++t) {
