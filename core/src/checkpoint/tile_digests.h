@@ -37,12 +37,13 @@ namespace megatron::checkpoint::detail {
 //   Where two compute threads are allowed (OpenMP's setting: the node's cores split among its
 //   ranks) and a tensor spans two windows or more, the sums run on a second OpenMP thread beside
 //   the transfer. A save writes the tensor while the other thread sums it (it does not change
-//   meanwhile). A whole-tensor load reads in windows of up to 1 MiB while the other thread sums
-//   each run once its pages have arrived; a slice hands its windows (with their scratch) over
-//   through a ring of four. Saves then take the time of saves without checksums and warm loads
-//   about 15% more (bench/RESULTS.md), for a second core's time. With one thread each 256 KiB
-//   window is summed just before its write or just after its read, from the core's cache. The
-//   sums are the same either way (Fletcher32 is linear).
+//   meanwhile). A whole-tensor load from the page cache reads in windows of up to 1 MiB while
+//   the other thread sums each run once its pages have arrived; a slice hands its windows (with
+//   their scratch) over through a ring of four. Saves then take the time of saves without
+//   checksums and page-cache loads about 15% more (bench/RESULTS.md), for a second core's time.
+//   Loads from the disk stay on one thread (beside disk reads the second made them slower).
+//   With one thread each 256 KiB window is summed just before its write or just after its read,
+//   from the core's cache. The sums are the same either way (Fletcher32 is linear).
 inline constexpr const char* kTileShapeAttribute = "fletcher32_tile";
 inline constexpr const char* kTileDigestsAttribute = "fletcher32";
 
