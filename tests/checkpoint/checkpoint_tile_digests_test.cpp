@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include "checkpoint/fletcher32.h"
+#include "checkpoint/mapped_range.h"
 #include "checkpoint/side_by_side.h"
 #include "checkpoint/tensor_layout.h"
 #include "checkpoint/tile_digests.h"
@@ -207,10 +207,10 @@ detail::StoredTiles stored_tiles(const std::filesystem::path& file, const std::s
   return tiles;
 }
 
-// Note [Sums beside the transfer]: with two threads a save sums beside its writes and a load
-// beside its reads (whole tensors and slices); the sums, the data read back and the damage found
-// are those of one thread summing each window in turn.
-TEST(TileDigests, SumsBesideTheTransferEqualSumsInTurn) {
+// Note [Sums beside the transfer]: with one thread or two, saves store the digests of a plain
+// gather-and-sum and whole loads (two threads: a read beside the sums trailing it) and slices
+// read back exactly.
+TEST(TileDigests, OneThreadOrTwoGiveTheSameDigestsAndData) {
   const int previous = compute_threads();
   std::vector<std::vector<std::uint32_t>> digests;
   for (const int threads : {1, 2}) {
@@ -231,43 +231,156 @@ TEST(TileDigests, SumsBesideTheTransferEqualSumsInTurn) {
     for (const auto& [name, tensor] : s.tensors)
       EXPECT_TRUE(bitwise_equal(loaded.tensors.at(name), tensor)) << name;
     testing::expect_slices_read_back(file, s);
-
-    // One byte changed in the last row: whole loads and slices through it fail, others read.
-    const int fd = ::open(file.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    const off_t last = off_t(tiles.offset + 700 * 2500 * 4 - 3);
-    char byte = 0;
-    ASSERT_EQ(::pread(fd, &byte, 1, last), 1);
-    byte = char(byte ^ 0x10);
-    ASSERT_EQ(::pwrite(fd, &byte, 1, last), 1);
-    ::close(fd);
-    EXPECT_ERROR_MENTIONING(load_checkpoint(file), "tensor 'w' is damaged",
-                            "fails the checksum written when it was saved");
-    const CheckpointReader reader(file);
-    Tensor top = Tensor::empty({512, 2500}, DType::f32);
-    reader.read_slice("w", 0, {{0, 0, 512}}, top);
-    EXPECT_TRUE(bitwise_equal(s.tensors.at("w").slice(0, 0, 512).contiguous(), top));
-    Tensor bottom = Tensor::empty({188, 2500}, DType::f32);
-    EXPECT_ERROR_MENTIONING(reader.read_slice("w", 0, {{512, 0, 188}}, bottom),
-                            "tensor 'w' is damaged");
-    EXPECT_FALSE(verify_checkpoint(file).intact());
   }
   set_compute_threads(previous);
   EXPECT_EQ(digests[0], digests[1]);
 }
 
-TEST(Progress, WaitsReturnOnceTheCountPassesOrItEnds) {
-  detail::Progress progress;
-  progress.advance_to(3);
-  EXPECT_TRUE(progress.wait_past(2));
-  bool past = true;
-  std::thread waiter([&] { past = progress.wait_past(5); });
-  progress.advance_to(5);
-  progress.end();
-  waiter.join();
-  EXPECT_FALSE(past);
-  EXPECT_TRUE(progress.wait_past(4));
-  EXPECT_FALSE(progress.wait_past(5));
+// What read_with_digests gives by `method` for a selection of `w` [rows, columns] (dim -1: the
+// whole tensor; out null: the check alone), from the page cache or `cold`: the bytes read and
+// the verdict.
+struct ReadResult {
+  std::vector<float> data;
+  std::string verdict;
+};
+ReadResult read_by(const std::filesystem::path& file, const detail::StoredTiles& tiles, int dim,
+                   const std::vector<ShardRun>& runs, std::size_t elements, bool keep,
+                   detail::ReadMethod method, bool cold = false) {
+  ReadResult result;
+  result.data.assign(elements, -1.0f);
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0);
+  // From the disk: the file's pages dropped from the page cache (a save syncs them first).
+  if (cold) {
+    EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  }
+  result.verdict =
+      detail::read_with_digests(fd, tiles.offset, tiles.grid, tiles.digests,
+                                keep ? result.data.data() : nullptr, dim, runs, "w", method);
+  ::close(fd);
+  return result;
+}
+
+// Note [Mapped reads]: reads through a mapping give the bytes and the verdicts of windows read
+// with pread and summed in turn, for whole tensors, slices along either dimension, the check
+// alone, and damage below, inside and above a selection.
+TEST(TileDigests, MappedReadsEqualWindowedReads) {
+  TempDir dir;
+  CheckpointState s;
+  s.iteration = 1;
+  const hsize_t rows = 700, columns = 2500;
+  s.tensors["w"] = testing::ramp({int64_t(rows), int64_t(columns)}, 0.37f, -11.0f);
+  const auto file = save_checkpoint(dir.path(), s);
+  const detail::StoredTiles tiles = stored_tiles(file, "w", {rows, columns});
+  const std::vector<float> whole = s.tensors.at("w").to_vector<float>();
+  struct Case {
+    int dim;
+    std::vector<ShardRun> runs;
+    std::size_t elements;
+  };
+  const std::vector<Case> cases = {
+      {-1, {}, rows * columns},
+      {0, {{0, 0, 512}}, 512 * columns},
+      {0, {{600, 0, 100}, {3, 100, 7}}, 107 * columns},
+      {1, {{1000, 0, 1300}, {0, 1300, 10}}, 1310 * rows},
+  };
+  // With two threads a whole tensor is read beside the sums that trail it; with one, copied and
+  // summed in one pass.
+  const int previous = compute_threads();
+  const auto expect_same = [&](const char* state) {
+    for (const int threads : {1, 2}) {
+      set_compute_threads(threads);
+      for (const Case& c : cases) {
+        for (const bool keep : {true, false}) {
+          const ReadResult windows =
+              read_by(file, tiles, c.dim, c.runs, c.elements, keep, detail::ReadMethod::windows);
+          for (const bool cold : {false, true}) {
+            const ReadResult mapped = read_by(file, tiles, c.dim, c.runs, c.elements, keep,
+                                              detail::ReadMethod::mapped, cold);
+            EXPECT_EQ(mapped.verdict, windows.verdict)
+                << state << ", dim " << c.dim << ", " << threads << " threads, cold " << cold;
+            EXPECT_EQ(std::memcmp(mapped.data.data(), windows.data.data(), c.elements * 4), 0)
+                << state << ", dim " << c.dim << ", " << threads << " threads, cold " << cold;
+          }
+        }
+      }
+    }
+    set_compute_threads(previous);
+  };
+  expect_same("intact");
+  const ReadResult all =
+      read_by(file, tiles, -1, {}, rows * columns, true, detail::ReadMethod::mapped);
+  EXPECT_EQ(all.verdict, "");
+  EXPECT_EQ(std::memcmp(all.data.data(), whole.data(), whole.size() * 4), 0);
+  const ReadResult first_rows =
+      read_by(file, tiles, 0, {{0, 0, 512}}, 512 * columns, true, detail::ReadMethod::mapped);
+  EXPECT_EQ(std::memcmp(first_rows.data.data(), whole.data(), 512 * columns * 4), 0);
+
+  // One byte changed in the last row: the whole tensor and the slices through it fail, the rows
+  // above it read.
+  const int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const off_t last = off_t(tiles.offset + rows * columns * 4 - 3);
+  char byte = 0;
+  ASSERT_EQ(::pread(fd, &byte, 1, last), 1);
+  byte = char(byte ^ 0x10);
+  ASSERT_EQ(::pwrite(fd, &byte, 1, last), 1);
+  ::close(fd);
+  expect_same("damaged");
+  EXPECT_NE(read_by(file, tiles, -1, {}, rows * columns, false, detail::ReadMethod::mapped)
+                .verdict.find("fails the checksum written when it was saved"),
+            std::string::npos);
+  EXPECT_EQ(read_by(file, tiles, 0, {{0, 0, 512}}, 512 * columns, true, detail::ReadMethod::mapped)
+                .verdict,
+            "");
+  EXPECT_NE(read_by(file, tiles, 1, {{2490, 0, 10}}, 10 * rows, true, detail::ReadMethod::mapped)
+                .verdict.find("tensor 'w' is damaged"),
+            std::string::npos);
+  EXPECT_ERROR_MENTIONING(load_checkpoint(file), "tensor 'w' is damaged",
+                          "fails the checksum written when it was saved");
+  EXPECT_FALSE(verify_checkpoint(file).intact());
+}
+
+// A page of a mapping that cannot be read (here: the file was cut short after it was mapped)
+// ends the read with a message instead of SIGBUS; a bus error elsewhere still ends the process.
+TEST(MappedRange, BusErrorsInsideAReadBecomeMessages) {
+  TempDir dir;
+  const auto path = dir.path() / "data";
+  const std::vector<char> bytes(3 * 65536, 'x');
+  {
+    const int fd = ::open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), ssize_t(bytes.size()));
+    ::close(fd);
+  }
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const detail::MappedRange range(fd, 100, bytes.size() - 100, true);
+  ASSERT_TRUE(range.valid()) << range.error();
+  // Byte by byte and volatile: the count reaches exactly the last byte there is, and is not kept
+  // in a register that the jump out of the read would lose.
+  volatile std::size_t seen = 0;
+  auto count = [&] {
+    const volatile char* data = range.data();
+    for (std::uint64_t i = 0; i < range.bytes(); ++i)
+      seen = seen + (data[i] == 'x' ? 1 : 0);
+  };
+  EXPECT_EQ(detail::read_mapped(range, count), "");
+  EXPECT_EQ(seen, bytes.size() - 100);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  seen = 0;
+  EXPECT_NE(detail::read_mapped(range, count).find("could not be read"), std::string::npos);
+  EXPECT_EQ(seen, 4096u - 100);  // up to the end of the file, then the message
+  EXPECT_NE(detail::read_mapped(range, count).find("cut short"), std::string::npos);  // again
+  // The child starts afresh (this process has OpenMP's threads, which fork() does not copy).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        volatile char c = range.data()[8192];
+        (void)c;
+      },
+      "");
+  ::close(fd);
 }
 
 // Rewrites an attribute of dataset `name` (deleting it, or giving it `values`).

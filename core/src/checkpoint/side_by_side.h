@@ -1,8 +1,7 @@
-// Two pieces of checkpoint work at once on two of OpenMP's threads (a checksum beside the read or
-// the write it goes with), and the count one of them raises while the other waits on it.
+// Two pieces of checkpoint work at once on two of OpenMP's threads (a checksum beside the write
+// or the read it goes with).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -18,21 +17,5 @@ void run_side_by_side(const std::function<void(bool together)>& main,
 // Whether run_side_by_side would use two threads here (not inside a parallel region, and the
 // compute threads setting allows two).
 bool side_by_side_possible();
-
-// A count that one thread raises and another waits on, which can also be ended (no more coming).
-// Waiting spins briefly (a window's transfer takes tens of microseconds) and then sleeps.
-class Progress {
- public:
-  // Publishes everything written before it as done up to count `n` (the count never falls).
-  void advance_to(std::uint32_t n);
-  // No more will come: waits for counts beyond the current one return false.
-  void end();
-  // Waits until the count exceeds `n` (true), or returns false once it ended at or below `n`.
-  bool wait_past(std::uint32_t n) const;
-
- private:
-  // count << 1 | ended: 32 bits so waiting is a futex on Linux; a count is of 256 KiB windows.
-  std::atomic<std::uint32_t> state_{0};
-};
 
 }  // namespace megatron::checkpoint::detail

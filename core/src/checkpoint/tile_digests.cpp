@@ -7,13 +7,18 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "checkpoint/fletcher32.h"
+#include "checkpoint/mapped_range.h"
 #include "checkpoint/side_by_side.h"
 #include "checkpoint/tensor_layout.h"
 #include "megatron/error.h"
@@ -26,9 +31,15 @@ namespace {
 static_assert(std::endian::native == std::endian::little);
 
 constexpr std::int64_t kModulus = 65535;
-// Runs are read, and summed, in windows of about this many bytes: the sums read what the read
-// just put in the core's cache.
+// Windowed reads (ReadMethod::windows) read, and sum, windows of about this many bytes: the sums
+// read what the read just put in the core's cache.
 constexpr std::size_t kWindowBytes = std::size_t(256) << 10;
+// Saves write in windows that end on multiples of this many bytes of the file: the kernel then
+// keeps the file's pages in folios of this size (a huge page's), which the loads' mappings map
+// cheaply. Saved in 256 KiB windows, a checkpoint took 48% longer to load through a mapping
+// from the page cache; files written in 2 MiB pieces loaded as fast as through pread
+// (bench/RESULTS.md, "Mapped reads").
+constexpr std::size_t kWriteWindowBytes = std::size_t(2) << 20;
 // HDF5's largest rank.
 constexpr std::size_t kMaxRank = 32;
 
@@ -206,6 +217,7 @@ void walk_runs(const TileGrid& grid, const Walk& walk, Visit visit) {
 // Runs waiting for one window's transfer: where each lies in the file and in memory.
 class Window {
  public:
+  explicit Window(std::size_t limit) : limit_(limit) {}
   struct Piece {
     Run run;
     std::uint64_t at;
@@ -217,7 +229,7 @@ class Window {
     pieces_.push_back(piece);
     bytes_ += piece.bytes;
   }
-  bool full() const { return bytes_ >= kWindowBytes; }
+  bool full() const { return bytes_ >= limit_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
   void clear() {
     pieces_.clear();
@@ -248,77 +260,20 @@ class Window {
   }
 
  private:
+  std::size_t limit_;
   std::vector<Piece> pieces_;
   std::size_t bytes_ = 0;
 };
 
-// Windows on their way from the thread that reads them to the thread that sums them: window w
-// (with its scratch) fills slot w % kSlots once the sums are done with window w - kSlots.
-class WindowRing {
- public:
-  static constexpr std::uint32_t kSlots = 4;
-  explicit WindowRing(std::size_t scratch_bytes) : scratch_bytes_(scratch_bytes) {}
-  Window& window(std::uint32_t w) { return windows_[w % kSlots]; }
-  // Window w's scratch (allocated on first use: whole-tensor reads need none).
-  char* scratch(std::uint32_t w) {
-    if (!scratch_) scratch_ = std::make_unique_for_overwrite<char[]>(kSlots * scratch_bytes_);
-    return scratch_.get() + (w % kSlots) * scratch_bytes_;
-  }
+// Sums trailing a read check that the next this many bytes are in the page cache before they
+// sum them, and sleep this long when they are not (the disk brings about 1 MiB in 0.5 ms).
+constexpr std::uint64_t kTrailBytes = std::uint64_t(1) << 20;
+constexpr std::chrono::microseconds kTrailWait{50};
 
-  Progress read;    // windows read, in order
-  Progress summed;  // windows summed, in order
-
- private:
-  std::array<Window, kSlots> windows_;
-  std::size_t scratch_bytes_;
-  std::unique_ptr<char[]> scratch_;
-};
-
-// Whether a tensor of `bytes` is read or written with its sums on a second thread: two windows
-// at least (one overlaps nothing), and no more pages than Progress counts.
+// Whether a whole tensor of `bytes` is read with its sums on a second thread: two windows at
+// least (a smaller one is read before the second thread would have started).
 bool worth_a_second_thread(std::uint64_t bytes) {
-  return bytes >= 2 * kWindowBytes && bytes < (std::uint64_t(1) << 42);
-}
-
-// Whether the `bytes` at `offset` are in the page cache, judged by their last page: a read of it
-// that must not wait for the disk (RWF_NOWAIT) reads all of it. (Their first pages may be there
-// when the rest is not: the kernel's read-ahead behind HDF5's reads of the metadata before them.)
-// Reads from the disk are not made beside their sums: the second thread's waiting slowed cold
-// loads by 20-40% (bench/RESULTS.md).
-bool cached(int fd, std::uint64_t offset, std::uint64_t bytes) {
-  std::array<char, 4096> page;
-  const std::uint64_t length = std::min<std::uint64_t>(bytes, page.size());
-  iovec iov{page.data(), std::size_t(length)};
-  return ::preadv2(fd, &iov, 1, off_t(offset + bytes - length), RWF_NOWAIT) == ssize_t(length);
-}
-
-// A whole tensor's bytes are handed over in pages: Progress counts those transferred.
-constexpr std::uint64_t kPageBytes = 4096;
-// Windows of a whole tensor's transfer when nothing is summed between them (bigger than
-// kWindowBytes: fewer system calls; still ending on kWindowBytes boundaries of the file).
-constexpr std::uint64_t kStreamBytes = std::uint64_t(1) << 20;
-
-// Transfers `bytes` between `memory` and the file at `offset` in windows of up to kStreamBytes
-// that end on kWindowBytes boundaries of the file, calling done(bytes so far) after each; "" or
-// why a transfer failed. Windows shrink towards the end (to a quarter of what is left, down to
-// kWindowBytes) so the sums of the last window, which nothing overlaps, are short.
-template <typename Done>
-std::string stream(int fd, std::uint64_t offset, char* memory, std::uint64_t bytes, bool write,
-                   Done done) {
-  std::vector<iovec> iov;
-  for (std::uint64_t at = 0; at < bytes;) {
-    const std::uint64_t left = bytes - at;
-    std::uint64_t end = offset + at + std::min(kStreamBytes, std::max(kWindowBytes, left / 4));
-    if (end % kWindowBytes != 0 && end - end % kWindowBytes > offset + at)
-      end -= end % kWindowBytes;
-    const std::uint64_t take = std::min(left, end - (offset + at));
-    iov.assign(1, iovec{memory + at, std::size_t(take)});
-    if (std::string error = transfer_fully(fd, offset + at, iov, write); !error.empty())
-      return error;
-    at += take;
-    done(at);
-  }
-  return "";
+  return bytes >= 2 * kWindowBytes;
 }
 
 // The file offset of a run's first byte, for a dataset whose data starts at `offset`.
@@ -394,14 +349,18 @@ std::uint64_t TileDigests::tile_of(const Run& run) const {
   return place(run).tile;
 }
 
-void TileDigests::add(const Run& run, const void* data) {
+void TileDigests::add(const Run& run, const void* data, void* copy_to) {
   const Place at = place(run);
   const std::uint64_t words_per_element = grid_.element_bytes / 2;
   const std::uint64_t words = at.elements * words_per_element;
   const std::uint64_t first = at.first * words_per_element;
   const std::uint64_t length = run.elements * words_per_element;
   Fletcher32 sum;
-  sum.add(data, run.elements * grid_.element_bytes);
+  if (copy_to) {
+    sum.add_copy(copy_to, data, run.elements * grid_.element_bytes);
+  } else {
+    sum.add(data, run.elements * grid_.element_bytes);
+  }
   const auto a = std::int64_t(sum.sum1()), b = std::int64_t(sum.sum2());
   // The run's own B weighs its first word m; in the tile it weighs m + the words after the run.
   const auto after = std::int64_t((words - first - length) % std::uint64_t(kModulus));
@@ -440,180 +399,132 @@ void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* d
                         const std::string& name) {
   const TileGrid& grid = sums.grid();
   char* tensor = const_cast<char*>(static_cast<const char*>(data));  // iovec is not const
-  // Writes every window; with `summing`, sums each just before writing it, so the write copies
-  // what the sums brought into the cache.
-  const auto write_windows = [&](bool summing) {
-    Window window;
-    const auto flush = [&] {
-      if (summing) {
-        for (const Window::Piece& p : window.pieces())
-          sums.add(p.run, p.memory);
-      }
-      if (std::string error = window.transfer(fd, true); !error.empty())
-        throw Error("cannot write tensor '" + name + "': " + error);
-      window.clear();
-    };
-    // Windows end on multiples of kWindowBytes of the file, so the page cache holds the file in
-    // large folios: written in windows that start 4 KiB past such a boundary, a page-cache read
-    // of it took 27% longer (bench/RESULTS.md).
-    const std::size_t element = grid.element_bytes;
-    const hsize_t columns = grid.dims.back();
-    walk_runs(grid, make_walk(grid, -1, {}, false), [&](const Run& run, std::int64_t local) {
-      Run rest = run;
-      char* memory = tensor + local;
-      while (rest.elements > 0) {
-        const std::uint64_t at = run_offset(grid, offset, rest);
-        const std::uint64_t to_boundary = kWindowBytes - at % kWindowBytes;
-        const hsize_t take =
-            std::min<hsize_t>(rest.elements, std::max<std::uint64_t>(1, to_boundary / element));
-        window.add({Run{rest.line, rest.column, take}, at, memory, std::size_t(take) * element});
-        if ((at + take * element) % kWindowBytes == 0 || window.full()) flush();
-        memory += take * element;
-        rest.elements -= take;
-        rest.column += take;
-        rest.line += rest.column / columns;
-        rest.column %= columns;
-      }
-    });
-    flush();
+  // Each window is summed just before its write, so the write copies what the sums brought into
+  // the cache. Windows end on multiples of kWriteWindowBytes of the file, so the page cache holds
+  // the file in large folios (Note [Mapped reads]).
+  Window window(kWriteWindowBytes);
+  const auto flush = [&] {
+    for (const Window::Piece& p : window.pieces())
+      sums.add(p.run, p.memory);
+    if (std::string error = window.transfer(fd, true); !error.empty())
+      throw Error("cannot write tensor '" + name + "': " + error);
+    window.clear();
   };
-  // Note [Sums beside the transfer]: the tensor does not change while it is written, so a second
-  // thread sums it run by run (the same sums as window by window: Fletcher32 is linear) while
-  // this one writes it.
-  const auto sum_tensor = [&] {
-    walk_runs(grid, make_walk(grid, -1, {}, false),
-              [&](const Run& run, std::int64_t local) { sums.add(run, tensor + local); });
-  };
-  const std::uint64_t bytes = grid.lines() * grid.row_bytes();
-  if (!worth_a_second_thread(bytes)) {
-    write_windows(true);
-    return;
-  }
-  run_side_by_side(
-      [&](bool together) {
-        if (!together) {
-          write_windows(true);
-          return;
-        }
-        if (std::string error = stream(fd, offset, tensor, bytes, true, [](std::uint64_t) {});
-            !error.empty()) {
-          throw Error("cannot write tensor '" + name + "': " + error);
-        }
-      },
-      sum_tensor);
+  const std::size_t element = grid.element_bytes;
+  const hsize_t columns = grid.dims.back();
+  walk_runs(grid, make_walk(grid, -1, {}, false), [&](const Run& run, std::int64_t local) {
+    Run rest = run;
+    char* memory = tensor + local;
+    while (rest.elements > 0) {
+      const std::uint64_t at = run_offset(grid, offset, rest);
+      const std::uint64_t to_boundary = kWriteWindowBytes - at % kWriteWindowBytes;
+      const hsize_t take =
+          std::min<hsize_t>(rest.elements, std::max<std::uint64_t>(1, to_boundary / element));
+      window.add({Run{rest.line, rest.column, take}, at, memory, std::size_t(take) * element});
+      if ((at + take * element) % kWriteWindowBytes == 0 || window.full()) flush();
+      memory += take * element;
+      rest.elements -= take;
+      rest.column += take;
+      rest.line += rest.column / columns;
+      rest.column %= columns;
+    }
+  });
+  flush();
 }
 
 std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<std::uint32_t>& stored, void* out, int dim,
-                              const std::vector<ShardRun>& runs, const std::string& name) {
+                              const std::vector<ShardRun>& runs, const std::string& name,
+                              ReadMethod method) {
   TileDigests sums(grid);
   std::vector<bool> touched(static_cast<std::size_t>(grid.count()), false);
   const Walk walk = out ? make_walk(grid, dim, runs, true) : make_walk(grid, -1, {}, false);
   char* const tensor = static_cast<char*>(out);
-  WindowRing ring(kWindowBytes + kMaxRunBytes);
   std::string error;  // why a read failed
-  const auto sum_window = [&](const Window& window) {
-    for (const Window::Piece& p : window.pieces()) {
-      sums.add(p.run, p.memory);
-      touched[std::size_t(sums.tile_of(p.run))] = true;
+  const std::uint64_t total = grid.lines() * grid.row_bytes();
+  std::optional<MappedRange> range;
+  if (method == ReadMethod::mapped) range.emplace(fd, offset, total, walk.dim < 0);
+  if (range && range->valid()) {
+    // Note [Mapped reads]: each run is summed straight from the mapping and, when the selection
+    // keeps it, copied to the tensor in the same pass; the rest of the tiles it touches is
+    // summed only.
+    auto copy_and_sum = [&] {
+      walk_runs(grid, walk, [&](const Run& run, std::int64_t local) {
+        const std::uint64_t at = run_offset(grid, offset, run) - offset;
+        sums.add(run, range->data() + at, tensor && local >= 0 ? tensor + local : nullptr);
+        touched[std::size_t(sums.tile_of(run))] = true;
+      });
+    };
+    if (tensor && walk.dim < 0 && worth_a_second_thread(total)) {
+      // With two threads, a whole tensor: one pread into the tensor beside sums of the mapping
+      // that trail it through the page cache (Note [Mapped reads]).
+      std::atomic<bool> read_done{false};
+      std::string read_error, map_error;
+      auto trailing_sums = [&] {
+        std::uint64_t ready = 0;  // bytes of the tensor known to be in the page cache
+        walk_runs(grid, walk, [&](const Run& run, std::int64_t) {
+          const std::uint64_t at = run_offset(grid, offset, run) - offset;
+          const std::uint64_t end = at + run.elements * grid.element_bytes;
+          while (ready < end) {
+            const std::uint64_t step = std::min<std::uint64_t>(kTrailBytes, total - ready);
+            if (read_done.load(std::memory_order_acquire) || range->resident(ready, step)) {
+              ready += step;
+            } else {
+              std::this_thread::sleep_for(kTrailWait);
+            }
+          }
+          sums.add(run, range->data() + at);
+          touched[std::size_t(sums.tile_of(run))] = true;
+        });
+      };
+      run_side_by_side(
+          [&](bool together) {
+            if (!together) {
+              map_error = read_mapped(*range, copy_and_sum);
+              return;
+            }
+            try {
+              std::vector<iovec> iov{{tensor, std::size_t(total)}};
+              read_error = transfer_fully(fd, offset, iov, false);
+            } catch (...) {
+              read_done.store(true, std::memory_order_release);  // the sums must not wait on
+              throw;
+            }
+            read_done.store(true, std::memory_order_release);
+          },
+          [&] { map_error = read_mapped(*range, trailing_sums); });
+      error = read_error.empty() ? map_error : read_error;
+    } else {
+      error = read_mapped(*range, copy_and_sum);
     }
-  };
-  // Reads the windows in file order; `together`: hands each to the other thread to sum, else
-  // sums it here straight after its read, from the core's cache.
-  const auto read_windows = [&](bool together) {
-    std::uint32_t w = 0;
+  } else {
+    // Windows read in turn (the kernel refused the mapping, or the caller asked for them): runs
+    // outside the selection go to scratch, and each window is summed right after its read, from
+    // the core's cache.
+    Window window(kWindowBytes);
+    const auto scratch = std::make_unique_for_overwrite<char[]>(kWindowBytes + kMaxRunBytes);
     std::size_t scratch_used = 0;
     const auto flush = [&] {
-      Window& window = ring.window(w);
       if (window.pieces().empty() || !error.empty()) return;
       error = window.transfer(fd, false);
-      if (!error.empty()) return;
-      if (together) {
-        ring.read.advance_to(w + 1);
-      } else {
-        sum_window(window);
+      for (const Window::Piece& p : window.pieces()) {
+        if (!error.empty()) break;
+        sums.add(p.run, p.memory);
+        touched[std::size_t(sums.tile_of(p.run))] = true;
       }
-      ++w;
+      window.clear();
       scratch_used = 0;
-      if (together && w >= WindowRing::kSlots) ring.summed.wait_past(w - WindowRing::kSlots);
-      ring.window(w).clear();
     };
-    try {
-      walk_runs(grid, walk, [&](const Run& run, std::int64_t local) {
-        if (!error.empty()) return;
-        const std::size_t bytes = std::size_t(run.elements) * grid.element_bytes;
-        const bool kept = tensor && local >= 0;
-        char* memory = kept ? tensor + local : ring.scratch(w) + scratch_used;
-        if (!kept) scratch_used += bytes;
-        ring.window(w).add({run, run_offset(grid, offset, run), memory, bytes});
-        if (ring.window(w).full()) flush();
-      });
-      flush();
-    } catch (...) {
-      ring.read.end();
-      throw;
-    }
-    ring.read.end();
-  };
-  const auto sum_windows = [&] {
-    try {
-      for (std::uint32_t w = 0; ring.read.wait_past(w); ++w) {
-        sum_window(ring.window(w));
-        ring.summed.advance_to(w + 1);
-      }
-    } catch (...) {
-      ring.summed.end();
-      throw;
-    }
-  };
-  // A whole tensor read beside its sums: this thread reads its bytes in long windows, and the
-  // other walks its runs, summing each once its pages have arrived.
-  Progress pages;
-  const std::uint64_t bytes = grid.lines() * grid.row_bytes();
-  const auto read_whole = [&] {
-    try {
-      error = stream(fd, offset, tensor, bytes, false, [&](std::uint64_t done) {
-        pages.advance_to(std::uint32_t((done + kPageBytes - 1) / kPageBytes));
-      });
-    } catch (...) {
-      pages.end();
-      throw;
-    }
-    pages.end();
-  };
-  const auto sum_whole = [&] {
-    std::uint32_t arrived = 0;  // pages known to be read
-    bool stopped = false;
     walk_runs(grid, walk, [&](const Run& run, std::int64_t local) {
-      const std::uint64_t end = std::uint64_t(local) + run.elements * grid.element_bytes;
-      const auto needed = std::uint32_t((end + kPageBytes - 1) / kPageBytes);
-      if (stopped) return;
-      if (arrived < needed) {
-        if (!pages.wait_past(needed - 1)) {
-          stopped = true;  // the read failed: the error says why
-          return;
-        }
-        arrived = needed;
-      }
-      sums.add(run, tensor + local);
-      touched[std::size_t(sums.tile_of(run))] = true;
+      if (!error.empty()) return;
+      const std::size_t bytes = std::size_t(run.elements) * grid.element_bytes;
+      const bool kept = tensor && local >= 0;
+      char* memory = kept ? tensor + local : scratch.get() + scratch_used;
+      if (!kept) scratch_used += bytes;
+      window.add({run, run_offset(grid, offset, run), memory, bytes});
+      if (window.full()) flush();
     });
-  };
-  const bool whole = tensor && walk.dim < 0;
-  if (!worth_a_second_thread(bytes) || !cached(fd, offset, bytes)) {
-    read_windows(false);
-  } else if (whole) {
-    run_side_by_side(
-        [&](bool together) {
-          if (together) {
-            read_whole();
-          } else {
-            read_windows(false);
-          }
-        },
-        sum_whole);
-  } else {
-    run_side_by_side(read_windows, sum_windows);
+    flush();
   }
   if (!error.empty())
     return "tensor '" + name + "' is damaged: its data cannot be read back (" + error + ")";

@@ -29,21 +29,20 @@ namespace megatron::checkpoint::detail {
 //   B = sum of (n - k) w_k (HDF5's sums; unlike its filter, 0 stays 0). Fletcher32 is linear, so
 //   a tile can be summed from runs in any order and from several ranks: a run of m words at word
 //   p of the tile adds its own A and B + (n - p - m) A. A sharded save adds every rank's runs
-//   with one all-reduce. The check is made right after each 256 KiB window is read, from the
-//   core's cache. Elements of 2 bytes or more only, so runs start on whole words; uint8 tensors
-//   keep HDF5-filtered chunks. HDF5 tools read the data as any contiguous dataset but do not
-//   check it; `megatron-app inspect --verify` does.
+//   with one all-reduce. A load sums each run as it copies it out of a mapping of the
+//   file (Note [Mapped reads]). Elements of 2 bytes or more only, so runs start on whole words;
+//   uint8 tensors keep HDF5-filtered chunks. HDF5 tools read the data as any contiguous dataset but
+//   do not check it; `megatron-app inspect --verify` does.
 // Note [Sums beside the transfer]
 //   Where two compute threads are allowed (OpenMP's setting: the node's cores split among its
-//   ranks) and a tensor spans two windows or more, the sums run on a second OpenMP thread beside
-//   the transfer. A save writes the tensor while the other thread sums it (it does not change
-//   meanwhile). A whole-tensor load from the page cache reads in windows of up to 1 MiB while
-//   the other thread sums each run once its pages have arrived; a slice hands its windows (with
-//   their scratch) over through a ring of four. Saves then take the time of saves without
-//   checksums and page-cache loads about 15% more (bench/RESULTS.md), for a second core's time.
-//   Loads from the disk stay on one thread (beside disk reads the second made them slower).
-//   With one thread each 256 KiB window is summed just before its write or just after its read,
-//   from the core's cache. The sums are the same either way (Fletcher32 is linear).
+//   ranks) and a whole tensor spans two windows or more, a load reads it while a second OpenMP
+//   thread sums the file's pages behind the read (Note [Mapped reads] in mapped_range.h); with
+//   one thread it sums each run as it copies it from the mapping. Saves sum each window just
+//   before writing it, on one thread: beside the writes, a second thread summing the tensor cost
+//   saves of 512 MiB 50-120% more wall time when 2 MiB windows were written (bench/RESULTS.md;
+//   its idle spinning in OpenMP's barrier competed with the kernel's writeback on two cores),
+//   while on one thread they took the time of saves without checksums. The sums are the same
+//   either way (Fletcher32 is linear).
 inline constexpr const char* kTileShapeAttribute = "fletcher32_tile";
 inline constexpr const char* kTileDigestsAttribute = "fletcher32";
 
@@ -76,8 +75,8 @@ struct TileSums {
 class TileDigests {
  public:
   explicit TileDigests(TileGrid grid);
-  // Adds the run's bytes, at `data`.
-  void add(const Run& run, const void* data);
+  // Adds the run's bytes, at `data`; with `copy_to`, also copies them there in the same pass.
+  void add(const Run& run, const void* data, void* copy_to = nullptr);
   // The tile a run lies in.
   std::uint64_t tile_of(const Run& run) const;
   // Every tile's sums (an all-reduce adds several ranks' and normalize() reduces them again).
@@ -118,17 +117,23 @@ void for_each_selected_run(const TileGrid& grid, int dim, const std::vector<Shar
 std::string transfer_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov, bool write);
 
 // Writes a whole tensor (`data`, contiguous) into the dataset's bytes at `offset` of the file
-// open for writing at `fd`, adding each window of runs to `sums` just before it is written;
+// open for writing at `fd`, in windows ending on 2 MiB boundaries of the file, adding each window
+// of runs to `sums` just before it is written;
 // throws megatron::Error naming `name` and why the write failed.
 void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* data,
                         const std::string& name);
 
+// How read_with_digests reads: through a mapping of the file (Note [Mapped reads]), or in windows
+// of pread, each summed right after its read (when the kernel refuses the mapping; tests compare).
+enum class ReadMethod { mapped, windows };
+
 // Reads from the dataset at `offset` of the file at `fd` every tile the selection touches (whole:
-// rows and columns outside the selection go to a scratch buffer), checks each against `stored`,
-// and puts the selection into `out` (null: only checks). "" when intact, else
+// rows and columns outside the selection are summed too), checks each against `stored`, and puts
+// the selection into `out` (null: only checks). "" when intact, else
 // "tensor '<name>' is damaged: ..." naming the first bad tile.
 std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<std::uint32_t>& stored, void* out, int dim,
-                              const std::vector<ShardRun>& runs, const std::string& name);
+                              const std::vector<ShardRun>& runs, const std::string& name,
+                              ReadMethod method = ReadMethod::mapped);
 
 }  // namespace megatron::checkpoint::detail

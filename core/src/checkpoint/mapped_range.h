@@ -1,0 +1,68 @@
+// A byte range of an open file mapped read-only into memory, and reads of it that turn the bus
+// errors a mapping raises (the file cut short meanwhile, a failing disk) into error messages.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace megatron::checkpoint::detail {
+
+// Note [Mapped reads]
+//   A checkpoint load reads a tensor's data through a read-only mapping of the file, so the sums
+//   read the page cache itself rather than a copy of it:
+//   - With one compute thread (and for slices and `verify`), each run is copied from the mapping
+//     to the tensor in the pass that sums it (Fletcher32::add_copy): each byte is read once, by
+//     vector loads, instead of the kernel copying it and the sums reading the copy again.
+//   - With two, a whole tensor is read by one pread, exactly as an unchecked load reads it (the
+//     kernel's copy, and its largest requests to the disk), while the other thread sums the same
+//     bytes from the mapping behind it. The sums take only pages already in the page cache
+//     (mincore), sleeping 50 us while the next 1 MiB is not, so their faults never start reads
+//     of their own, and the two threads never wait for each other until the end.
+//   The mapping's faults are cheap only when the page cache holds the file in large folios, which
+//   for a file in the cache since its save depends on how it was written: saves write in windows
+//   ending on 2 MiB boundaries of the file (tile_digests.cpp). A mapped page that cannot be read
+//   raises SIGBUS instead of returning an error; read_mapped turns it into one. Measured figures
+//   are in bench/RESULTS.md ("Mapped reads").
+class MappedRange {
+ public:
+  // Maps `bytes` (> 0) at `offset` of the file open at `fd`; `sequential`: the range is read
+  // front to back (the kernel reads ahead further). valid() is false, and error() says why,
+  // when the kernel refuses (no address space left, a file system that cannot map).
+  MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, bool sequential);
+  ~MappedRange();
+  MappedRange(const MappedRange&) = delete;
+  MappedRange& operator=(const MappedRange&) = delete;
+
+  bool valid() const { return data_ != nullptr; }
+  const std::string& error() const { return error_; }
+  // The byte at `offset`.
+  const char* data() const { return data_; }
+  std::uint64_t bytes() const { return bytes_; }
+  // Whether every page of the `bytes` at `from` of the range is in the page cache (mincore):
+  // reading them starts no read from the disk.
+  bool resident(std::uint64_t from, std::uint64_t bytes) const;
+
+ private:
+  void* mapping_ = nullptr;  // page-aligned start of the mapping
+  std::size_t mapped_bytes_ = 0;
+  const char* data_ = nullptr;
+  std::uint64_t bytes_ = 0;
+  std::string error_;
+};
+
+// Calls read(context), which reads `range`: "" once it returned, or why a page of the range could
+// not be read (a SIGBUS inside the range, which ends read() where it happened). Only objects with
+// trivial destructors may be live inside read() between this call and any read of the mapping
+// (they are left without unwinding). Bus errors elsewhere go to the handler there was before.
+std::string read_mapped(const MappedRange& range, void (*read)(void*), void* context);
+
+// read_mapped with a callable, which must itself be trivially destructible (a lambda capturing
+// by reference).
+template <typename Read>
+std::string read_mapped(const MappedRange& range, Read& read) {
+  return read_mapped(
+      range, [](void* context) { (*static_cast<Read*>(context))(); }, &read);
+}
+
+}  // namespace megatron::checkpoint::detail
