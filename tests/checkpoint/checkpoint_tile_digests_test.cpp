@@ -7,15 +7,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/mapped_range.h"
-#include "checkpoint/side_by_side.h"
 #include "checkpoint/tensor_layout.h"
 #include "checkpoint/tile_digests.h"
+#include "checkpoint/trailing_sums.h"
 #include "checkpoint_test_util.h"
 #include "megatron/backend/backend.h"
 
@@ -208,14 +211,14 @@ detail::StoredTiles stored_tiles(const std::filesystem::path& file, const std::s
 }
 
 // Note [Sums beside the transfer]: with one thread or two, saves store the digests of a plain
-// gather-and-sum and whole loads (two threads: a read beside the sums trailing it) and slices
-// read back exactly.
+// gather-and-sum and whole loads (two threads: a read beside the sums trailing it on the load's
+// helper thread) and slices read back exactly.
 TEST(TileDigests, OneThreadOrTwoGiveTheSameDigestsAndData) {
   const int previous = compute_threads();
   std::vector<std::vector<std::uint32_t>> digests;
   for (const int threads : {1, 2}) {
     set_compute_threads(threads);
-    ASSERT_EQ(detail::side_by_side_possible(), threads == 2);
+    ASSERT_EQ(detail::TrailingSums().active(), threads == 2);
     TempDir dir;
     CheckpointState s;
     s.iteration = 1;
@@ -254,9 +257,13 @@ ReadResult read_by(const std::filesystem::path& file, const detail::StoredTiles&
   if (cold) {
     EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   }
-  result.verdict =
-      detail::read_with_digests(fd, tiles.offset, tiles.grid, tiles.digests,
-                                keep ? result.data.data() : nullptr, dim, runs, "w", method);
+  // With two compute threads a whole tensor's sums trail its read on the helper.
+  detail::TrailingSums trailing;
+  result.verdict = detail::read_with_digests(fd, tiles.offset, tiles.grid, tiles.digests,
+                                             keep ? result.data.data() : nullptr, dim, runs, "w",
+                                             method, &trailing);
+  const std::string trailed = trailing.finish();
+  if (result.verdict.empty()) result.verdict = trailed;
   ::close(fd);
   return result;
 }
@@ -341,6 +348,101 @@ TEST(TileDigests, MappedReadsEqualWindowedReads) {
   EXPECT_FALSE(verify_checkpoint(file).intact());
 }
 
+// The helper's verdict is the first damage in the order the checks were queued, more checks than
+// kMaxPending go through, and a helper dropped while its checks wait for reads that never end
+// stops them and returns.
+TEST(TrailingSums, GivesTheFirstDamageInQueueOrderAndStopsWhenDropped) {
+  using detail::TrailingSums;
+  const int previous = compute_threads();
+  set_compute_threads(2);
+  {
+    TrailingSums trailing;
+    ASSERT_TRUE(trailing.active());
+    std::atomic<int> running{0}, most_running{0};
+    for (const char* verdict : {"", "first", "", "second", "third", "", ""}) {
+      const TrailingSums::ReadDone read =
+          trailing.add([&, verdict](const TrailingSums::Signals& s) {
+            most_running = std::max(most_running.load(), ++running);
+            while (!s.read_done.load())
+              std::this_thread::yield();
+            --running;
+            return std::string(verdict);
+          });
+      read->store(true);
+    }
+    EXPECT_EQ(trailing.finish(), "first");
+    EXPECT_EQ(most_running.load(), 1);  // one at a time, in order
+    EXPECT_EQ(trailing.finish(), "");   // nothing queued since
+  }
+  std::atomic<int> started{0}, stopped{0};
+  {
+    TrailingSums trailing;
+    for (int k = 0; k < 3; ++k) {
+      trailing.add([&](const TrailingSums::Signals& s) {
+        ++started;
+        while (!s.read_done.load() && !s.stop.load())
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (s.stop.load()) ++stopped;
+        return std::string("not wanted");
+      });
+    }
+    while (started.load() == 0)
+      std::this_thread::yield();
+  }
+  EXPECT_EQ(started.load(), 1);  // the others were dropped unstarted
+  EXPECT_EQ(stopped.load(), 1);
+  set_compute_threads(previous);
+}
+
+// Flips one byte of dataset `name`'s data, `at` bytes into it.
+void flip_data_byte(const std::filesystem::path& file, const std::string& name,
+                    const std::vector<hsize_t>& dims, std::uint64_t at) {
+  const detail::StoredTiles tiles = stored_tiles(file, name, dims);
+  const int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  char byte = 0;
+  ASSERT_EQ(::pread(fd, &byte, 1, off_t(tiles.offset + at)), 1);
+  byte = char(byte ^ 0x04);
+  ASSERT_EQ(::pwrite(fd, &byte, 1, off_t(tiles.offset + at)), 1);
+  ::close(fd);
+}
+
+// A load of more tensors than the helper holds at once reads them all back; with damage, it
+// names the first damaged tensor in file order, whether its sums trailed its read on the helper
+// or ran on the loading thread (a small tensor), with one compute thread or two.
+TEST(TrailingSums, ALoadOfManyTensorsNamesTheFirstDamagedOne) {
+  TempDir dir;
+  CheckpointState s;
+  s.iteration = 1;
+  for (int k = 0; k < 9; ++k)  // 820 KiB each: their sums trail on the helper
+    s.tensors["t" + std::to_string(k)] = testing::ramp({300, 700}, 0.25f, float(k));
+  s.tensors["t9_small"] = testing::ramp({10, 30}, 0.5f, 1.0f);  // summed as it is read
+  const auto file = save_checkpoint(dir.path(), s);
+  const int previous = compute_threads();
+  const auto expect_load = [&](const char* damaged) {
+    for (const int threads : {1, 2}) {
+      set_compute_threads(threads);
+      if (!damaged) {
+        const CheckpointState loaded = load_checkpoint(file);
+        for (const auto& [name, tensor] : s.tensors)
+          EXPECT_TRUE(bitwise_equal(loaded.tensors.at(name), tensor)) << name;
+      } else {
+        EXPECT_ERROR_MENTIONING(load_checkpoint(file),
+                                "tensor '" + std::string(damaged) + "' is damaged",
+                                "fails the checksum");
+      }
+    }
+    set_compute_threads(previous);
+  };
+  expect_load(nullptr);
+  flip_data_byte(file, "t9_small", {10, 30}, 17);
+  expect_load("t9_small");
+  flip_data_byte(file, "t6", {300, 700}, 300 * 700 * 4 - 5);  // its last tile
+  expect_load("t6");
+  flip_data_byte(file, "t2", {300, 700}, 1000);
+  expect_load("t2");
+}
+
 // A page of a mapping that cannot be read (here: the file was cut short after it was mapped)
 // ends the read with a message instead of SIGBUS; a bus error elsewhere still ends the process.
 TEST(MappedRange, BusErrorsInsideAReadBecomeMessages) {
@@ -355,7 +457,8 @@ TEST(MappedRange, BusErrorsInsideAReadBecomeMessages) {
   }
   const int fd = ::open(path.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
-  const detail::MappedRange range(fd, 100, bytes.size() - 100, true);
+  const detail::MappedRange range(fd, 100, bytes.size() - 100,
+                                  detail::MappedRange::Access::sequential);
   ASSERT_TRUE(range.valid()) << range.error();
   // Byte by byte and volatile: the count reaches exactly the last byte there is, and is not kept
   // in a register that the jump out of the read would lose.

@@ -12,6 +12,7 @@
 #include "checkpoint/chunk_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_layout.h"
+#include "checkpoint/trailing_sums.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 
@@ -222,7 +223,10 @@ void narrow_into(Tensor& out, const Tensor& target, bool half) {
   std::memcpy(out.raw_data(), narrowed.raw_data(), out.nbytes());
 }
 
-Tensor read_tensor(hid_t dataset, const std::string& name, int format_version) {
+// Reads a dataset into a new tensor; its checksums' verdict may come later, from
+// trailing.finish().
+Tensor read_tensor(hid_t dataset, const std::string& name, int format_version,
+                   detail::TrailingSums& trailing) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   Handle space(H5Dget_space(dataset), H5Sclose);
   if (!type.valid() || !space.valid()) {
@@ -247,7 +251,8 @@ Tensor read_tensor(hid_t dataset, const std::string& name, int format_version) {
   Tensor tensor = Tensor::empty(shape, dtype);
   std::optional<std::string> direct;
   if (tensor.numel() > 0 && detail::has_tile_digests(dataset)) {
-    direct = detail::read_tiles(dataset, name, detail::stored_dims(shape), tensor.raw_data());
+    direct = detail::read_tiles(dataset, name, detail::stored_dims(shape), tensor.raw_data(), -1,
+                                {}, &trailing);
     if (!direct->empty()) throw CheckpointDamagedError(*direct);
   } else if (tensor.numel() > 0 && detail::direct_chunks(dataset, memory_type(dtype))) {
     const std::vector<hsize_t> dims = detail::stored_dims(shape);
@@ -297,8 +302,11 @@ void read_root_attributes(hid_t root, const std::string& where, CheckpointState&
   }
 }
 
+// Reads every dataset not skipped; whole tensors' sums trail their reads on a helper thread
+// (Note [Mapped reads]), and the first damage they found is thrown once all are read.
 void read_tensors(hid_t root, const std::string& where, const std::vector<std::string>& skip,
                   CheckpointState& state) {
+  detail::TrailingSums trailing;
   std::vector<std::string> links;
   if (H5Lvisit(root, H5_INDEX_NAME, H5_ITER_INC, collect_link, &links) < 0) {
     throw Error(where + "the file is corrupt: cannot list its datasets" + hdf5_reason());
@@ -310,8 +318,17 @@ void read_tensors(hid_t root, const std::string& where, const std::vector<std::s
       throw std::runtime_error("cannot open object '" + name + "'" + hdf5_reason());
     }
     if (H5Iget_type(object.get()) != H5I_DATASET) continue;
-    state.tensors.emplace(name, read_tensor(object.get(), name, state.format_version));
+    try {
+      state.tensors.emplace(name, read_tensor(object.get(), name, state.format_version, trailing));
+    } catch (const CheckpointDamagedError&) {
+      // The damage of a tensor read before, found by its trailing sums, comes first.
+      if (const std::string earlier = trailing.finish(); !earlier.empty())
+        throw CheckpointDamagedError(earlier);
+      throw;
+    }
   }
+  if (const std::string damage = trailing.finish(); !damage.empty())
+    throw CheckpointDamagedError(damage);
 }
 
 }  // namespace
@@ -398,6 +415,7 @@ CheckpointState load_checkpoint(const fs::path& path,
 struct CheckpointReader::Impl {
   Handle hdf5_file;
   Handle root;
+  detail::TrailingSums trailing;  // the sums of whole reads, each finished before it returns
 };
 
 CheckpointReader::CheckpointReader(const fs::path& path) : impl_(std::make_unique<Impl>()) {
@@ -452,11 +470,13 @@ namespace {
 // shape and the stored dtype), checking the checksums it carries.
 void read_stored(const fs::path& path, hid_t dataset, hid_t file_space, const std::string& name,
                  const Shape& global, const Shape& local, int partition_dim,
-                 const std::vector<ShardRun>& runs, Tensor& raw) {
+                 const std::vector<ShardRun>& runs, Tensor& raw, detail::TrailingSums& trailing) {
   const std::string file = "checkpoint " + path.string() + ": ";
   if (detail::has_tile_digests(dataset)) {
-    const std::string damage = detail::read_tiles(dataset, name, detail::stored_dims(global),
-                                                  raw.raw_data(), partition_dim, runs);
+    std::string damage = detail::read_tiles(dataset, name, detail::stored_dims(global),
+                                            raw.raw_data(), partition_dim, runs, &trailing);
+    const std::string trailed = trailing.finish();
+    if (damage.empty()) damage = trailed;
     if (!damage.empty()) throw CheckpointDamagedError(file + damage);
     return;
   }
@@ -547,8 +567,8 @@ void CheckpointReader::read_slice(const std::string& name, int partition_dim,
   Handle type(H5Dget_type(dataset.get()), H5Tclose);
   const DType stored = stored_dtype(type.get(), name);
   Tensor raw = stored == target.dtype() ? target : Tensor::empty(local, stored);
-  read_stored(file_, dataset.get(), file_space.get(), name, global, local, partition_dim, runs,
-              raw);
+  read_stored(file_, dataset.get(), file_space.get(), name, global, local, partition_dim, runs, raw,
+              impl_->trailing);
   if (stored != target.dtype()) {
     const Tensor converted = raw.to(target.dtype());
     std::memcpy(target.raw_data(), converted.raw_data(), target.nbytes());

@@ -58,7 +58,7 @@ void install_bus_handler() {
 
 }  // namespace
 
-MappedRange::MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, bool sequential)
+MappedRange::MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, Access access)
     : bytes_(bytes) {
   const auto page = std::uint64_t(::sysconf(_SC_PAGESIZE));
   const std::uint64_t start = offset - offset % page;
@@ -78,8 +78,21 @@ MappedRange::MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, bool
   }
   mapping_ = p;
   data_ = static_cast<const char*>(p) + (offset - start);
-  // Advice only: the read is right without it.
-  if (sequential) ::madvise(p, mapped_bytes_, MADV_SEQUENTIAL);
+  // Sums trailing a read take their advice later, from advise_trailing() on their own thread.
+  if (access != Access::resident_only)
+    ::madvise(p, mapped_bytes_, access == Access::sequential ? MADV_SEQUENTIAL : MADV_NORMAL);
+}
+
+void MappedRange::advise_trailing() const {
+  if (!mapping_) return;
+  // Advice only: the sums are right without it. Sums trailing a read from the disk fault on
+  // pages the read's read-ahead brought, past the read: without MADV_RANDOM, one on the read's
+  // read-ahead mark would start read-ahead of its own, competing with the read's. A range in the
+  // page cache (judged by its last 1 MiB: mincore looks up every page, about 0.15 ms per 16 MiB)
+  // is read as a sequential one: MADV_RANDOM also stops faults mapping the pages around them
+  // (warm loads took 10-25% longer with it; bench/RESULTS.md, "Trailing sums").
+  const std::uint64_t tail = std::min<std::uint64_t>(bytes_, std::uint64_t(1) << 20);
+  ::madvise(mapping_, mapped_bytes_, resident(bytes_ - tail, tail) ? MADV_SEQUENTIAL : MADV_RANDOM);
 }
 
 MappedRange::~MappedRange() {

@@ -165,7 +165,8 @@ std::string read_tile_attributes(hid_t dataset, const std::string& name,
 }
 
 std::string read_tiles(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
-                       void* out, int partition_dim, const std::vector<ShardRun>& runs) {
+                       void* out, int partition_dim, const std::vector<ShardRun>& runs,
+                       TrailingSums* trailing) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   const std::size_t element_bytes = type.valid() ? H5Tget_size(type.get()) : 0;
   // The bytes are read as they lie: little-endian, as every tensor is stored.
@@ -182,7 +183,7 @@ std::string read_tiles(hid_t dataset, const std::string& name, const std::vector
   const std::optional<int> fd = file_descriptor(dataset);
   if (!fd) throw Error("tensor '" + name + "': cannot check it (the file is not open with sec2)");
   return read_with_digests(*fd, tiles.offset, tiles.grid, tiles.digests, out, partition_dim, runs,
-                           name);
+                           name, ReadMethod::mapped, trailing);
 }
 
 std::optional<int> file_descriptor(hid_t dataset) {

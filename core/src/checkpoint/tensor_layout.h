@@ -17,6 +17,8 @@
 
 namespace megatron::checkpoint::detail {
 
+class TrailingSums;
+
 // Note [Checksums]
 //   Why checksums per tile and not one digest attribute per tensor: a sharded save writes each
 //   tensor from several ranks and a load at another layout reads a different cut of it, so a
@@ -76,9 +78,12 @@ std::string read_tile_attributes(hid_t dataset, const std::string& name,
                                  StoredTiles& out);
 // Reads (into `out`, of the dataset's own element type, or with `out` null only checks) the
 // whole tensor or, with partition_dim >= 0, the rows of `runs` along it (validated by the caller),
-// checking every tile read (Note [Tile digests]); "" or the damage message.
+// checking every tile read (Note [Tile digests]); "" or the damage message. With `trailing`, a
+// whole tensor's check may still be running on its helper when this returns (its verdict then
+// comes from trailing->finish()).
 std::string read_tiles(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
-                       void* out, int partition_dim = -1, const std::vector<ShardRun>& runs = {});
+                       void* out, int partition_dim = -1, const std::vector<ShardRun>& runs = {},
+                       TrailingSums* trailing = nullptr);
 // The descriptor of the dataset's file when it is open with the sec2 driver.
 std::optional<int> file_descriptor(hid_t dataset);
 // Writes the attributes that go with the layout (the scalar marker) on a new dataset.

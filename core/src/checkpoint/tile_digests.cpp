@@ -19,8 +19,8 @@
 
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/mapped_range.h"
-#include "checkpoint/side_by_side.h"
 #include "checkpoint/tensor_layout.h"
+#include "checkpoint/trailing_sums.h"
 #include "megatron/error.h"
 
 namespace megatron::checkpoint::detail {
@@ -270,8 +270,8 @@ class Window {
 constexpr std::uint64_t kTrailBytes = std::uint64_t(1) << 20;
 constexpr std::chrono::microseconds kTrailWait{50};
 
-// Whether a whole tensor of `bytes` is read with its sums on a second thread: two windows at
-// least (a smaller one is read before the second thread would have started).
+// Whether a whole tensor of `bytes` is read with its sums trailing on the helper thread: two
+// windows at least (a smaller one is read before the helper would have woken up).
 bool worth_a_second_thread(std::uint64_t bytes) {
   return bytes >= 2 * kWindowBytes;
 }
@@ -432,18 +432,110 @@ void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* d
   flush();
 }
 
+namespace {
+
+// "" when every touched tile's sums equal the stored digest, else the damage naming the first
+// tile that does not.
+std::string tile_verdict(const TileGrid& grid, const TileDigests& sums,
+                         const std::vector<bool>& touched, const std::vector<std::uint32_t>& stored,
+                         const std::string& name) {
+  for (std::uint64_t t = 0; t < touched.size(); ++t) {
+    if (!touched[std::size_t(t)] || sums.digest(t) == stored[std::size_t(t)]) continue;
+    std::vector<hsize_t> origin(grid.dims.size());
+    std::uint64_t rest = t;
+    for (std::size_t k = grid.dims.size(); k-- > 0;) {
+      const hsize_t along = (grid.dims[k] + grid.tile[k] - 1) / grid.tile[k];
+      origin[k] = (rest % along) * grid.tile[k];
+      rest /= along;
+    }
+    return "tensor '" + name +
+           "' is damaged: its data fails the checksum written when it was saved (tile at " +
+           chunk_origin_text(origin) + ")";
+  }
+  return "";
+}
+
+std::string unreadable(const std::string& name, const std::string& error) {
+  return "tensor '" + name + "' is damaged: its data cannot be read back (" + error + ")";
+}
+
+// The check of a whole tensor that trails its pread on the helper (Note [Mapped reads]): sums
+// of the file's pages from the mapping, each 1 MiB only once mincore says it is in the page
+// cache (sleeping otherwise), so its faults never start reads of their own.
+TrailingSums::Check trailing_check(std::shared_ptr<const MappedRange> range, haddr_t offset,
+                                   const TileGrid& grid, Walk walk,
+                                   std::vector<std::uint32_t> stored, std::string name) {
+  return [=, walk = std::move(walk), stored = std::move(stored),
+          name = std::move(name)](const TrailingSums::Signals& signals) -> std::string {
+    TileDigests sums(grid);
+    std::vector<bool> touched(static_cast<std::size_t>(grid.count()), false);
+    const std::uint64_t total = range->bytes();
+    auto trail = [&] {
+      std::uint64_t ready = 0;  // bytes of the tensor known to be in the page cache
+      walk_runs(grid, walk, [&](const Run& run, std::int64_t) {
+        const std::uint64_t at = run_offset(grid, offset, run) - offset;
+        const std::uint64_t end = at + run.elements * grid.element_bytes;
+        while (ready < end) {
+          const std::uint64_t step = std::min(kTrailBytes, total - ready);
+          if (signals.read_done.load(std::memory_order_acquire) || range->resident(ready, step)) {
+            ready += step;
+          } else if (signals.stop.load(std::memory_order_relaxed)) {
+            return;
+          } else {
+            std::this_thread::sleep_for(kTrailWait);
+          }
+        }
+        sums.add(run, range->data() + at);
+        touched[std::size_t(sums.tile_of(run))] = true;
+      });
+    };
+    range->advise_trailing();
+    if (std::string error = read_mapped(*range, trail); !error.empty())
+      return unreadable(name, error);
+    if (signals.stop.load()) return "";
+    return tile_verdict(grid, sums, touched, stored, name);
+  };
+}
+
+}  // namespace
+
 std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<std::uint32_t>& stored, void* out, int dim,
                               const std::vector<ShardRun>& runs, const std::string& name,
-                              ReadMethod method) {
+                              ReadMethod method, TrailingSums* trailing) {
+  Walk walk = out ? make_walk(grid, dim, runs, true) : make_walk(grid, -1, {}, false);
+  char* const tensor = static_cast<char*>(out);
+  const std::uint64_t total = grid.lines() * grid.row_bytes();
+  const bool trail =
+      tensor && walk.dim < 0 && trailing && trailing->active() && worth_a_second_thread(total);
+  std::shared_ptr<const MappedRange> range;
+  if (method == ReadMethod::mapped) {
+    using Access = MappedRange::Access;
+    range = std::make_shared<const MappedRange>(fd, offset, total,
+                                                trail          ? Access::resident_only
+                                                : walk.dim < 0 ? Access::sequential
+                                                               : Access::selection);
+  }
+  if (range && range->valid() && trail) {
+    // A whole tensor with the helper: one pread into the tensor, exactly as an unchecked load
+    // reads it, while the helper sums the file's pages behind it; its verdict comes from
+    // trailing->finish() (Note [Mapped reads]).
+    const TrailingSums::ReadDone read_done =
+        trailing->add(trailing_check(range, offset, grid, std::move(walk), stored, name));
+    std::string error;
+    try {
+      std::vector<iovec> iov{{tensor, std::size_t(total)}};
+      error = transfer_fully(fd, offset, iov, false);
+    } catch (...) {
+      read_done->store(true, std::memory_order_release);  // the check must not wait on it
+      throw;
+    }
+    read_done->store(true, std::memory_order_release);
+    return error.empty() ? "" : unreadable(name, error);
+  }
   TileDigests sums(grid);
   std::vector<bool> touched(static_cast<std::size_t>(grid.count()), false);
-  const Walk walk = out ? make_walk(grid, dim, runs, true) : make_walk(grid, -1, {}, false);
-  char* const tensor = static_cast<char*>(out);
   std::string error;  // why a read failed
-  const std::uint64_t total = grid.lines() * grid.row_bytes();
-  std::optional<MappedRange> range;
-  if (method == ReadMethod::mapped) range.emplace(fd, offset, total, walk.dim < 0);
   if (range && range->valid()) {
     // Note [Mapped reads]: each run is summed straight from the mapping and, when the selection
     // keeps it, copied to the tensor in the same pass; the rest of the tiles it touches is
@@ -455,48 +547,7 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
         touched[std::size_t(sums.tile_of(run))] = true;
       });
     };
-    if (tensor && walk.dim < 0 && worth_a_second_thread(total)) {
-      // With two threads, a whole tensor: one pread into the tensor beside sums of the mapping
-      // that trail it through the page cache (Note [Mapped reads]).
-      std::atomic<bool> read_done{false};
-      std::string read_error, map_error;
-      auto trailing_sums = [&] {
-        std::uint64_t ready = 0;  // bytes of the tensor known to be in the page cache
-        walk_runs(grid, walk, [&](const Run& run, std::int64_t) {
-          const std::uint64_t at = run_offset(grid, offset, run) - offset;
-          const std::uint64_t end = at + run.elements * grid.element_bytes;
-          while (ready < end) {
-            const std::uint64_t step = std::min<std::uint64_t>(kTrailBytes, total - ready);
-            if (read_done.load(std::memory_order_acquire) || range->resident(ready, step)) {
-              ready += step;
-            } else {
-              std::this_thread::sleep_for(kTrailWait);
-            }
-          }
-          sums.add(run, range->data() + at);
-          touched[std::size_t(sums.tile_of(run))] = true;
-        });
-      };
-      run_side_by_side(
-          [&](bool together) {
-            if (!together) {
-              map_error = read_mapped(*range, copy_and_sum);
-              return;
-            }
-            try {
-              std::vector<iovec> iov{{tensor, std::size_t(total)}};
-              read_error = transfer_fully(fd, offset, iov, false);
-            } catch (...) {
-              read_done.store(true, std::memory_order_release);  // the sums must not wait on
-              throw;
-            }
-            read_done.store(true, std::memory_order_release);
-          },
-          [&] { map_error = read_mapped(*range, trailing_sums); });
-      error = read_error.empty() ? map_error : read_error;
-    } else {
-      error = read_mapped(*range, copy_and_sum);
-    }
+    error = read_mapped(*range, copy_and_sum);
   } else {
     // Windows read in turn (the kernel refused the mapping, or the caller asked for them): runs
     // outside the selection go to scratch, and each window is summed right after its read, from
@@ -526,22 +577,8 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
     });
     flush();
   }
-  if (!error.empty())
-    return "tensor '" + name + "' is damaged: its data cannot be read back (" + error + ")";
-  for (std::uint64_t t = 0; t < touched.size(); ++t) {
-    if (!touched[std::size_t(t)] || sums.digest(t) == stored[std::size_t(t)]) continue;
-    std::vector<hsize_t> origin(grid.dims.size());
-    std::uint64_t rest = t;
-    for (std::size_t k = grid.dims.size(); k-- > 0;) {
-      const hsize_t along = (grid.dims[k] + grid.tile[k] - 1) / grid.tile[k];
-      origin[k] = (rest % along) * grid.tile[k];
-      rest /= along;
-    }
-    return "tensor '" + name +
-           "' is damaged: its data fails the checksum written when it was saved (tile at " +
-           chunk_origin_text(origin) + ")";
-  }
-  return "";
+  if (!error.empty()) return unreadable(name, error);
+  return tile_verdict(grid, sums, touched, stored, name);
 }
 
 }  // namespace megatron::checkpoint::detail

@@ -16,6 +16,8 @@
 
 namespace megatron::checkpoint::detail {
 
+class TrailingSums;
+
 // Note [Tile digests]
 //   A tensor is one contiguous, row-major dataset, so a save writes and a whole-tensor load reads
 //   long runs of bytes: chunk tiles, which the format used before (HDF5's Fletcher32 filter on
@@ -35,9 +37,11 @@ namespace megatron::checkpoint::detail {
 //   do not check it; `megatron-app inspect --verify` does.
 // Note [Sums beside the transfer]
 //   Where two compute threads are allowed (OpenMP's setting: the node's cores split among its
-//   ranks) and a whole tensor spans two windows or more, a load reads it while a second OpenMP
+//   ranks) and a whole tensor spans two windows or more, a load reads it while the load's helper
 //   thread sums the file's pages behind the read (Note [Mapped reads] in mapped_range.h); with
-//   one thread it sums each run as it copies it from the mapping. Saves sum each window just
+//   one thread it sums each run as it copies it from the mapping. A plain thread per load, not
+//   an OpenMP region per tensor: a region's end made every tensor wait for its sums' tail, and
+//   OpenMP's pool spun between tensors (19% of a warm load's samples). Saves sum each window just
 //   before writing it, on one thread: beside the writes, a second thread summing the tensor cost
 //   saves of 512 MiB 50-120% more wall time when 2 MiB windows were written (bench/RESULTS.md;
 //   its idle spinning in OpenMP's barrier competed with the kernel's writeback on two cores),
@@ -130,10 +134,13 @@ enum class ReadMethod { mapped, windows };
 // Reads from the dataset at `offset` of the file at `fd` every tile the selection touches (whole:
 // rows and columns outside the selection are summed too), checks each against `stored`, and puts
 // the selection into `out` (null: only checks). "" when intact, else
-// "tensor '<name>' is damaged: ..." naming the first bad tile.
+// "tensor '<name>' is damaged: ..." naming the first bad tile. With `trailing` active, a whole
+// tensor's sums may be left to its helper thread: their verdict then comes from
+// trailing->finish(), and `out` holds the data (unchecked) when this returns "".
 std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<std::uint32_t>& stored, void* out, int dim,
                               const std::vector<ShardRun>& runs, const std::string& name,
-                              ReadMethod method = ReadMethod::mapped);
+                              ReadMethod method = ReadMethod::mapped,
+                              TrailingSums* trailing = nullptr);
 
 }  // namespace megatron::checkpoint::detail
