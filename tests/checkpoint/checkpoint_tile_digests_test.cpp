@@ -7,18 +7,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <thread>
 #include <vector>
 
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/mapped_range.h"
+#include "checkpoint/read_helper.h"
 #include "checkpoint/tensor_layout.h"
 #include "checkpoint/tile_digests.h"
-#include "checkpoint/trailing_sums.h"
 #include "checkpoint_test_util.h"
 #include "megatron/backend/backend.h"
 
@@ -210,15 +214,14 @@ detail::StoredTiles stored_tiles(const std::filesystem::path& file, const std::s
   return tiles;
 }
 
-// Note [Sums beside the transfer]: with one thread or two, saves store the digests of a plain
-// gather-and-sum and whole loads (two threads: a read beside the sums trailing it on the load's
-// helper thread) and slices read back exactly.
+// With one thread or two, saves store the digests of a plain gather-and-sum, and whole loads
+// (two threads: Note [Paired reads]; one: Note [Mapped reads]) and slices read back exactly.
 TEST(TileDigests, OneThreadOrTwoGiveTheSameDigestsAndData) {
   const int previous = compute_threads();
   std::vector<std::vector<std::uint32_t>> digests;
   for (const int threads : {1, 2}) {
     set_compute_threads(threads);
-    ASSERT_EQ(detail::TrailingSums().active(), threads == 2);
+    ASSERT_EQ(detail::ReadHelper().active(), threads == 2);
     TempDir dir;
     CheckpointState s;
     s.iteration = 1;
@@ -241,14 +244,16 @@ TEST(TileDigests, OneThreadOrTwoGiveTheSameDigestsAndData) {
 
 // What read_with_digests gives by `method` for a selection of `w` [rows, columns] (dim -1: the
 // whole tensor; out null: the check alone), from the page cache or `cold`: the bytes read and
-// the verdict.
+// the verdict. Every method but windows (the reference) is given a helper, so with two compute
+// threads a whole tensor is read on both (Note [Paired reads]); with `owned`, its check may be
+// deferred to the helper.
 struct ReadResult {
   std::vector<float> data;
   std::string verdict;
 };
 ReadResult read_by(const std::filesystem::path& file, const detail::StoredTiles& tiles, int dim,
                    const std::vector<ShardRun>& runs, std::size_t elements, bool keep,
-                   detail::ReadMethod method, bool cold = false) {
+                   detail::ReadMethod method, bool cold = false, bool owned = false) {
   ReadResult result;
   result.data.assign(elements, -1.0f);
   const int fd = ::open(file.c_str(), O_RDONLY);
@@ -257,28 +262,45 @@ ReadResult read_by(const std::filesystem::path& file, const detail::StoredTiles&
   if (cold) {
     EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   }
-  // With two compute threads a whole tensor's sums trail its read on the helper.
-  detail::TrailingSums trailing;
-  result.verdict = detail::read_with_digests(fd, tiles.offset, tiles.grid, tiles.digests,
-                                             keep ? result.data.data() : nullptr, dim, runs, "w",
-                                             method, &trailing);
-  const std::string trailed = trailing.finish();
-  if (result.verdict.empty()) result.verdict = trailed;
+  detail::ReadHelper helper;
+  // `owned`: the data outlives helper.finish() below, so its check may be deferred to then.
+  const std::shared_ptr<const void> owner =
+      owned ? std::shared_ptr<const void>(result.data.data(), [](const void*) {}) : nullptr;
+  result.verdict = detail::read_with_digests(
+      fd, tiles.offset, tiles.grid, tiles.digests, keep ? result.data.data() : nullptr, dim, runs,
+      "w", method, method == detail::ReadMethod::windows ? nullptr : &helper, owner);
+  const std::string deferred = helper.finish();
+  if (result.verdict.empty()) result.verdict = deferred;
   ::close(fd);
   return result;
 }
 
-// Note [Mapped reads]: reads through a mapping give the bytes and the verdicts of windows read
-// with pread and summed in turn, for whole tensors, slices along either dimension, the check
-// alone, and damage below, inside and above a selection.
-TEST(TileDigests, MappedReadsEqualWindowedReads) {
+// A checkpoint in `dir` holding one tensor "w" of [kRampRows, kRampColumns] (6.7 MiB: many
+// windows), and where its data and digests are.
+constexpr hsize_t kRampRows = 700, kRampColumns = 2500;
+struct SavedRamp {
+  CheckpointState state;
+  std::filesystem::path file;
+  detail::StoredTiles tiles;
+};
+SavedRamp save_ramp(const TempDir& dir) {
+  SavedRamp saved;
+  saved.state.iteration = 1;
+  saved.state.tensors["w"] =
+      testing::ramp({int64_t(kRampRows), int64_t(kRampColumns)}, 0.37f, -11.0f);
+  saved.file = save_checkpoint(dir.path(), saved.state);
+  saved.tiles = stored_tiles(saved.file, "w", {kRampRows, kRampColumns});
+  return saved;
+}
+
+// Note [Mapped reads], Note [Paired reads]: reads through a mapping (one thread, slices, the
+// check alone) and whole tensors read on two threads give the bytes and the verdicts of windows
+// read with pread and summed in turn, for whole tensors, slices along either dimension, the
+// check alone, and damage below, inside and above a selection.
+TEST(TileDigests, MappedAndPairedReadsEqualWindowedReads) {
   TempDir dir;
-  CheckpointState s;
-  s.iteration = 1;
-  const hsize_t rows = 700, columns = 2500;
-  s.tensors["w"] = testing::ramp({int64_t(rows), int64_t(columns)}, 0.37f, -11.0f);
-  const auto file = save_checkpoint(dir.path(), s);
-  const detail::StoredTiles tiles = stored_tiles(file, "w", {rows, columns});
+  const hsize_t rows = kRampRows, columns = kRampColumns;
+  const auto [s, file, tiles] = save_ramp(dir);
   const std::vector<float> whole = s.tensors.at("w").to_vector<float>();
   struct Case {
     int dim;
@@ -291,7 +313,8 @@ TEST(TileDigests, MappedReadsEqualWindowedReads) {
       {0, {{600, 0, 100}, {3, 100, 7}}, 107 * columns},
       {1, {{1000, 0, 1300}, {0, 1300, 10}}, 1310 * rows},
   };
-  // With two threads a whole tensor is read beside the sums that trail it; with one, copied and
+  // With two threads a whole tensor is read on both (paired, or read and then checked, on both or
+  // deferred to the helper, or as its residency decides); with one, copied from a mapping and
   // summed in one pass.
   const int previous = compute_threads();
   const auto expect_same = [&](const char* state) {
@@ -301,13 +324,24 @@ TEST(TileDigests, MappedReadsEqualWindowedReads) {
         for (const bool keep : {true, false}) {
           const ReadResult windows =
               read_by(file, tiles, c.dim, c.runs, c.elements, keep, detail::ReadMethod::windows);
-          for (const bool cold : {false, true}) {
-            const ReadResult mapped = read_by(file, tiles, c.dim, c.runs, c.elements, keep,
-                                              detail::ReadMethod::mapped, cold);
-            EXPECT_EQ(mapped.verdict, windows.verdict)
-                << state << ", dim " << c.dim << ", " << threads << " threads, cold " << cold;
-            EXPECT_EQ(std::memcmp(mapped.data.data(), windows.data.data(), c.elements * 4), 0)
-                << state << ", dim " << c.dim << ", " << threads << " threads, cold " << cold;
+          using detail::ReadMethod;
+          const std::vector<std::pair<ReadMethod, bool>> methods = {
+              {ReadMethod::automatic, true},
+              {ReadMethod::paired, false},
+              {ReadMethod::read_then_check, true},
+              {ReadMethod::read_then_check, false}};
+          for (const auto& [method, owned] : methods) {
+            for (const bool cold : {false, true}) {
+              const ReadResult r =
+                  read_by(file, tiles, c.dim, c.runs, c.elements, keep, method, cold, owned);
+              const auto where = ::testing::Message()
+                                 << state << ", dim " << c.dim << ", " << threads
+                                 << " threads, method " << int(method) << ", owned " << owned
+                                 << ", cold " << cold;
+              EXPECT_EQ(r.verdict, windows.verdict) << where;
+              EXPECT_EQ(std::memcmp(r.data.data(), windows.data.data(), c.elements * 4), 0)
+                  << where;
+            }
           }
         }
       }
@@ -316,11 +350,11 @@ TEST(TileDigests, MappedReadsEqualWindowedReads) {
   };
   expect_same("intact");
   const ReadResult all =
-      read_by(file, tiles, -1, {}, rows * columns, true, detail::ReadMethod::mapped);
+      read_by(file, tiles, -1, {}, rows * columns, true, detail::ReadMethod::automatic);
   EXPECT_EQ(all.verdict, "");
   EXPECT_EQ(std::memcmp(all.data.data(), whole.data(), whole.size() * 4), 0);
   const ReadResult first_rows =
-      read_by(file, tiles, 0, {{0, 0, 512}}, 512 * columns, true, detail::ReadMethod::mapped);
+      read_by(file, tiles, 0, {{0, 0, 512}}, 512 * columns, true, detail::ReadMethod::automatic);
   EXPECT_EQ(std::memcmp(first_rows.data.data(), whole.data(), 512 * columns * 4), 0);
 
   // One byte changed in the last row: the whole tensor and the slices through it fail, the rows
@@ -334,13 +368,14 @@ TEST(TileDigests, MappedReadsEqualWindowedReads) {
   ASSERT_EQ(::pwrite(fd, &byte, 1, last), 1);
   ::close(fd);
   expect_same("damaged");
-  EXPECT_NE(read_by(file, tiles, -1, {}, rows * columns, false, detail::ReadMethod::mapped)
+  EXPECT_NE(read_by(file, tiles, -1, {}, rows * columns, false, detail::ReadMethod::automatic)
                 .verdict.find("fails the checksum written when it was saved"),
             std::string::npos);
-  EXPECT_EQ(read_by(file, tiles, 0, {{0, 0, 512}}, 512 * columns, true, detail::ReadMethod::mapped)
-                .verdict,
-            "");
-  EXPECT_NE(read_by(file, tiles, 1, {{2490, 0, 10}}, 10 * rows, true, detail::ReadMethod::mapped)
+  EXPECT_EQ(
+      read_by(file, tiles, 0, {{0, 0, 512}}, 512 * columns, true, detail::ReadMethod::automatic)
+          .verdict,
+      "");
+  EXPECT_NE(read_by(file, tiles, 1, {{2490, 0, 10}}, 10 * rows, true, detail::ReadMethod::automatic)
                 .verdict.find("tensor 'w' is damaged"),
             std::string::npos);
   EXPECT_ERROR_MENTIONING(load_checkpoint(file), "tensor 'w' is damaged",
@@ -348,49 +383,154 @@ TEST(TileDigests, MappedReadsEqualWindowedReads) {
   EXPECT_FALSE(verify_checkpoint(file).intact());
 }
 
-// The helper's verdict is the first damage in the order the checks were queued, more checks than
-// kMaxPending go through, and a helper dropped while its checks wait for reads that never end
-// stops them and returns.
-TEST(TrailingSums, GivesTheFirstDamageInQueueOrderAndStopsWhenDropped) {
-  using detail::TrailingSums;
+// The helper runs a task beside the calling thread and returns once both parts are done; what
+// either part throws reaches the caller, only after the other part has finished; with one compute
+// thread the calling thread runs its part alone.
+TEST(ReadHelper, RunsATaskOnBothThreadsAndRethrows) {
+  using detail::ReadHelper;
   const int previous = compute_threads();
   set_compute_threads(2);
   {
-    TrailingSums trailing;
-    ASSERT_TRUE(trailing.active());
-    std::atomic<int> running{0}, most_running{0};
-    for (const char* verdict : {"", "first", "", "second", "third", "", ""}) {
-      const TrailingSums::ReadDone read =
-          trailing.add([&, verdict](const TrailingSums::Signals& s) {
-            most_running = std::max(most_running.load(), ++running);
-            while (!s.read_done.load())
-              std::this_thread::yield();
-            --running;
-            return std::string(verdict);
-          });
-      read->store(true);
-    }
-    EXPECT_EQ(trailing.finish(), "first");
-    EXPECT_EQ(most_running.load(), 1);  // one at a time, in order
-    EXPECT_EQ(trailing.finish(), "");   // nothing queued since
-  }
-  std::atomic<int> started{0}, stopped{0};
-  {
-    TrailingSums trailing;
-    for (int k = 0; k < 3; ++k) {
-      trailing.add([&](const TrailingSums::Signals& s) {
-        ++started;
-        while (!s.read_done.load() && !s.stop.load())
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (s.stop.load()) ++stopped;
-        return std::string("not wanted");
+    ReadHelper helper;
+    ASSERT_TRUE(helper.active());
+    for (int round = 0; round < 3; ++round) {  // the same helper, task after task
+      std::array<std::thread::id, 2> ran{};
+      std::atomic<int> calls{0};
+      helper.run_on_both([&](int worker) {
+        ran[std::size_t(worker)] = std::this_thread::get_id();
+        ++calls;
       });
+      EXPECT_EQ(calls.load(), 2);
+      EXPECT_EQ(ran[0], std::this_thread::get_id());
+      EXPECT_NE(ran[1], std::thread::id());
+      EXPECT_NE(ran[1], ran[0]);
     }
+    std::atomic<bool> helper_done{false};
+    EXPECT_ERROR_MENTIONING(helper.run_on_both([&](int worker) {
+      if (worker == 0) throw Error("the caller's part failed");
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      helper_done = true;
+    }),
+                            "the caller's part failed");
+    EXPECT_TRUE(helper_done.load());  // the caller waited for the helper's part
+    EXPECT_ERROR_MENTIONING(helper.run_on_both([&](int worker) {
+      if (worker == 1) throw Error("the helper's part failed");
+    }),
+                            "the helper's part failed");
+    std::atomic<int> calls{0};
+    helper.run_on_both([&](int) { ++calls; });  // still usable after a failure
+    EXPECT_EQ(calls.load(), 2);
+  }
+  set_compute_threads(1);
+  {
+    ReadHelper helper;
+    EXPECT_FALSE(helper.active());
+    std::vector<int> workers;
+    helper.run_on_both([&](int worker) { workers.push_back(worker); });
+    EXPECT_EQ(workers, std::vector<int>{0});
+  }
+  set_compute_threads(previous);
+}
+
+// A deferred check for the helper's tests: notes which threads took part, sleeping a little
+// first (so the caller of finish() finds it running), and gives a set verdict.
+class NotedCheck : public detail::SharedCheck {
+ public:
+  NotedCheck(std::string verdict, std::function<void(const std::string&)> note)
+      : verdict_(std::move(verdict)), note_(std::move(note)) {}
+  void take_part(int worker) noexcept override {
+    if (worker == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    workers_[std::size_t(worker)] = std::this_thread::get_id();
+    note_("check " + verdict_ + " by " + std::to_string(worker));
+  }
+  std::string verdict() override { return verdict_; }
+  std::array<std::thread::id, 2> workers_{};
+
+ private:
+  std::string verdict_;
+  std::function<void(const std::string&)> note_;
+};
+
+// Checks deferred to the helper run there in order, before what is queued after them; finish()
+// takes part in each itself, waits for the helper's parts and gives the first damage in order.
+// A helper dropped with checks queued runs none of those not started. Without the helper a
+// deferred check runs at once, on the calling thread.
+TEST(ReadHelper, DeferredChecksGiveTheFirstDamageInOrder) {
+  using detail::ReadHelper;
+  const int previous = compute_threads();
+  set_compute_threads(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::mutex mutex;
+  std::vector<std::string> order;
+  const auto note = [&](const std::string& what) {
+    std::lock_guard lock(mutex);
+    order.push_back(what);
+  };
+  {
+    ReadHelper helper;
+    std::vector<std::shared_ptr<NotedCheck>> checks;
+    for (const char* verdict : {"", "first", "", "second"}) {
+      checks.push_back(std::make_shared<NotedCheck>(verdict, note));
+      helper.defer(checks.back());
+    }
+    helper.run_on_both([&](int worker) {
+      if (worker == 1) note("helper's part");
+    });
+    std::vector<std::string> by_helper;
+    for (const std::string& o : order)
+      if (o.ends_with("by 1") || o == "helper's part") by_helper.push_back(o);
+    EXPECT_EQ(by_helper, (std::vector<std::string>{"check  by 1", "check first by 1", "check  by 1",
+                                                   "check second by 1", "helper's part"}));
+    EXPECT_EQ(helper.finish(), "first");
+    for (const auto& check : checks) {
+      EXPECT_EQ(check->workers_[0], caller);  // finish() took part in each
+      EXPECT_NE(check->workers_[1], caller);
+      EXPECT_NE(check->workers_[1], std::thread::id());
+    }
+    EXPECT_EQ(helper.finish(), "");  // nothing deferred since
+  }
+  std::atomic<int> started{0};
+  {
+    ReadHelper helper;
+    for (int k = 0; k < 3; ++k)
+      helper.defer(std::make_shared<NotedCheck>("not wanted", [&](const std::string&) {
+        ++started;
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      }));
     while (started.load() == 0)
       std::this_thread::yield();
   }
   EXPECT_EQ(started.load(), 1);  // the others were dropped unstarted
-  EXPECT_EQ(stopped.load(), 1);
+  set_compute_threads(1);
+  {
+    ReadHelper helper;
+    const auto check = std::make_shared<NotedCheck>("at once", note);
+    helper.defer(check);
+    EXPECT_EQ(check->workers_[0], caller);
+    EXPECT_EQ(check->workers_[1], std::thread::id());
+    EXPECT_EQ(helper.finish(), "at once");
+  }
+  set_compute_threads(previous);
+}
+
+// A whole tensor read by any method (on two threads: paired or read then checked) from a file cut
+// short inside its data says that it cannot be read back, and never that it is intact.
+TEST(TileDigests, AFileCutShortCannotBeReadBack) {
+  TempDir dir;
+  const hsize_t rows = kRampRows, columns = kRampColumns;
+  const auto [s, file, tiles] = save_ramp(dir);
+  std::filesystem::resize_file(file, tiles.offset + rows * columns * 2);  // half of it
+  const int previous = compute_threads();
+  for (const int threads : {1, 2}) {
+    set_compute_threads(threads);
+    for (const auto method : {detail::ReadMethod::automatic, detail::ReadMethod::windows,
+                              detail::ReadMethod::paired, detail::ReadMethod::read_then_check}) {
+      const ReadResult r = read_by(file, tiles, -1, {}, rows * columns, true, method, false, true);
+      EXPECT_NE(r.verdict.find("tensor 'w' is damaged: its data cannot be read back"),
+                std::string::npos)
+          << r.verdict << " (" << threads << " threads, method " << int(method) << ")";
+    }
+  }
   set_compute_threads(previous);
 }
 
@@ -407,39 +547,46 @@ void flip_data_byte(const std::filesystem::path& file, const std::string& name,
   ::close(fd);
 }
 
-// A load of more tensors than the helper holds at once reads them all back; with damage, it
-// names the first damaged tensor in file order, whether its sums trailed its read on the helper
-// or ran on the loading thread (a small tensor), with one compute thread or two.
-TEST(TrailingSums, ALoadOfManyTensorsNamesTheFirstDamagedOne) {
+// A load of many tensors reads them all back; with damage, it names the first damaged tensor in
+// file order, whether it was read on both threads, checked on the helper after its read (from
+// the disk) or read on the loading thread alone (a small tensor), with one compute thread or two.
+TEST(TileDigests, ALoadOfManyTensorsNamesTheFirstDamagedOne) {
   TempDir dir;
   CheckpointState s;
   s.iteration = 1;
-  for (int k = 0; k < 9; ++k)  // 820 KiB each: their sums trail on the helper
-    s.tensors["t" + std::to_string(k)] = testing::ramp({300, 700}, 0.25f, float(k));
-  s.tensors["t9_small"] = testing::ramp({10, 30}, 0.5f, 1.0f);  // summed as it is read
+  for (int k = 0; k < 9; ++k)  // 1.2 MiB each: read on both threads
+    s.tensors["t" + std::to_string(k)] = testing::ramp({300, 1000}, 0.25f, float(k));
+  s.tensors["t9_small"] = testing::ramp({10, 30}, 0.5f, 1.0f);  // read on one thread
   const auto file = save_checkpoint(dir.path(), s);
   const int previous = compute_threads();
   const auto expect_load = [&](const char* damaged) {
     for (const int threads : {1, 2}) {
-      set_compute_threads(threads);
-      if (!damaged) {
-        const CheckpointState loaded = load_checkpoint(file);
-        for (const auto& [name, tensor] : s.tensors)
-          EXPECT_TRUE(bitwise_equal(loaded.tensors.at(name), tensor)) << name;
-      } else {
-        EXPECT_ERROR_MENTIONING(load_checkpoint(file),
-                                "tensor '" + std::string(damaged) + "' is damaged",
-                                "fails the checksum");
+      // Loads choose; with two threads, every large tensor read on both threads, or read and
+      // then checked on the helper while the next is read (as loads from the disk do).
+      for (const char* method : {"", "paired", "read_then_check"}) {
+        set_compute_threads(threads);
+        if (*method) setenv("MEGATRON_TEST_WHOLE_READS", method, 1);
+        SCOPED_TRACE(::testing::Message() << threads << " threads, method '" << method << "'");
+        if (!damaged) {
+          const CheckpointState loaded = load_checkpoint(file);
+          for (const auto& [name, tensor] : s.tensors)
+            EXPECT_TRUE(bitwise_equal(loaded.tensors.at(name), tensor)) << name;
+        } else {
+          EXPECT_ERROR_MENTIONING(load_checkpoint(file),
+                                  "tensor '" + std::string(damaged) + "' is damaged",
+                                  "fails the checksum");
+        }
+        unsetenv("MEGATRON_TEST_WHOLE_READS");
       }
     }
     set_compute_threads(previous);
   };
   expect_load(nullptr);
-  flip_data_byte(file, "t9_small", {10, 30}, 17);
-  expect_load("t9_small");
-  flip_data_byte(file, "t6", {300, 700}, 300 * 700 * 4 - 5);  // its last tile
+  flip_data_byte(file, "t6", {300, 1000}, 300 * 1000 * 4 - 5);  // its last tile
   expect_load("t6");
-  flip_data_byte(file, "t2", {300, 700}, 1000);
+  flip_data_byte(file, "t9_small", {10, 30}, 17);  // found first, named second
+  expect_load("t6");
+  flip_data_byte(file, "t2", {300, 1000}, 1000);
   expect_load("t2");
 }
 

@@ -11,8 +11,8 @@
 
 #include "checkpoint/chunk_io.h"
 #include "checkpoint/hdf5_util.h"
+#include "checkpoint/read_helper.h"
 #include "checkpoint/tensor_layout.h"
-#include "checkpoint/trailing_sums.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 
@@ -223,10 +223,11 @@ void narrow_into(Tensor& out, const Tensor& target, bool half) {
   std::memcpy(out.raw_data(), narrowed.raw_data(), out.nbytes());
 }
 
-// Reads a dataset into a new tensor; its checksums' verdict may come later, from
-// trailing.finish().
+// Reads a dataset into a new tensor, checking its checksums (a whole tensor on the helper too,
+// and the check of one read from the disk may still run there: its verdict comes from
+// helper.finish(); Note [Paired reads]).
 Tensor read_tensor(hid_t dataset, const std::string& name, int format_version,
-                   detail::TrailingSums& trailing) {
+                   detail::ReadHelper& helper) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   Handle space(H5Dget_space(dataset), H5Sclose);
   if (!type.valid() || !space.valid()) {
@@ -252,7 +253,7 @@ Tensor read_tensor(hid_t dataset, const std::string& name, int format_version,
   std::optional<std::string> direct;
   if (tensor.numel() > 0 && detail::has_tile_digests(dataset)) {
     direct = detail::read_tiles(dataset, name, detail::stored_dims(shape), tensor.raw_data(), -1,
-                                {}, &trailing);
+                                {}, &helper, tensor.storage());
     if (!direct->empty()) throw CheckpointDamagedError(*direct);
   } else if (tensor.numel() > 0 && detail::direct_chunks(dataset, memory_type(dtype))) {
     const std::vector<hsize_t> dims = detail::stored_dims(shape);
@@ -302,11 +303,11 @@ void read_root_attributes(hid_t root, const std::string& where, CheckpointState&
   }
 }
 
-// Reads every dataset not skipped; whole tensors' sums trail their reads on a helper thread
-// (Note [Mapped reads]), and the first damage they found is thrown once all are read.
+// Reads every dataset not skipped, whole tensors on two threads (Note [Paired reads]); the
+// first damage in file order is thrown, once the checks left to the helper are done.
 void read_tensors(hid_t root, const std::string& where, const std::vector<std::string>& skip,
                   CheckpointState& state) {
-  detail::TrailingSums trailing;
+  detail::ReadHelper helper;
   std::vector<std::string> links;
   if (H5Lvisit(root, H5_INDEX_NAME, H5_ITER_INC, collect_link, &links) < 0) {
     throw Error(where + "the file is corrupt: cannot list its datasets" + hdf5_reason());
@@ -319,15 +320,15 @@ void read_tensors(hid_t root, const std::string& where, const std::vector<std::s
     }
     if (H5Iget_type(object.get()) != H5I_DATASET) continue;
     try {
-      state.tensors.emplace(name, read_tensor(object.get(), name, state.format_version, trailing));
+      state.tensors.emplace(name, read_tensor(object.get(), name, state.format_version, helper));
     } catch (const CheckpointDamagedError&) {
-      // The damage of a tensor read before, found by its trailing sums, comes first.
-      if (const std::string earlier = trailing.finish(); !earlier.empty())
+      // The damage of a tensor read before, found by a check left to the helper, comes first.
+      if (const std::string earlier = helper.finish(); !earlier.empty())
         throw CheckpointDamagedError(earlier);
       throw;
     }
   }
-  if (const std::string damage = trailing.finish(); !damage.empty())
+  if (const std::string damage = helper.finish(); !damage.empty())
     throw CheckpointDamagedError(damage);
 }
 
@@ -415,7 +416,7 @@ CheckpointState load_checkpoint(const fs::path& path,
 struct CheckpointReader::Impl {
   Handle hdf5_file;
   Handle root;
-  detail::TrailingSums trailing;  // the sums of whole reads, each finished before it returns
+  detail::ReadHelper helper;  // reads whole tensors with the calling thread (checks never left)
 };
 
 CheckpointReader::CheckpointReader(const fs::path& path) : impl_(std::make_unique<Impl>()) {
@@ -470,13 +471,11 @@ namespace {
 // shape and the stored dtype), checking the checksums it carries.
 void read_stored(const fs::path& path, hid_t dataset, hid_t file_space, const std::string& name,
                  const Shape& global, const Shape& local, int partition_dim,
-                 const std::vector<ShardRun>& runs, Tensor& raw, detail::TrailingSums& trailing) {
+                 const std::vector<ShardRun>& runs, Tensor& raw, detail::ReadHelper& helper) {
   const std::string file = "checkpoint " + path.string() + ": ";
   if (detail::has_tile_digests(dataset)) {
-    std::string damage = detail::read_tiles(dataset, name, detail::stored_dims(global),
-                                            raw.raw_data(), partition_dim, runs, &trailing);
-    const std::string trailed = trailing.finish();
-    if (damage.empty()) damage = trailed;
+    const std::string damage = detail::read_tiles(dataset, name, detail::stored_dims(global),
+                                                  raw.raw_data(), partition_dim, runs, &helper);
     if (!damage.empty()) throw CheckpointDamagedError(file + damage);
     return;
   }
@@ -568,7 +567,7 @@ void CheckpointReader::read_slice(const std::string& name, int partition_dim,
   const DType stored = stored_dtype(type.get(), name);
   Tensor raw = stored == target.dtype() ? target : Tensor::empty(local, stored);
   read_stored(file_, dataset.get(), file_space.get(), name, global, local, partition_dim, runs, raw,
-              impl_->trailing);
+              impl_->helper);
   if (stored != target.dtype()) {
     const Tensor converted = raw.to(target.dtype());
     std::memcpy(target.raw_data(), converted.raw_data(), target.nbytes());

@@ -8,11 +8,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <vector>
 
 namespace megatron::checkpoint::detail {
 
@@ -78,37 +76,11 @@ MappedRange::MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, Acce
   }
   mapping_ = p;
   data_ = static_cast<const char*>(p) + (offset - start);
-  // Sums trailing a read take their advice later, from advise_trailing() on their own thread.
-  if (access != Access::resident_only)
-    ::madvise(p, mapped_bytes_, access == Access::sequential ? MADV_SEQUENTIAL : MADV_NORMAL);
-}
-
-void MappedRange::advise_trailing() const {
-  if (!mapping_) return;
-  // Advice only: the sums are right without it. Sums trailing a read from the disk fault on
-  // pages the read's read-ahead brought, past the read: without MADV_RANDOM, one on the read's
-  // read-ahead mark would start read-ahead of its own, competing with the read's. A range in the
-  // page cache (judged by its last 1 MiB: mincore looks up every page, about 0.15 ms per 16 MiB)
-  // is read as a sequential one: MADV_RANDOM also stops faults mapping the pages around them
-  // (warm loads took 10-25% longer with it; bench/RESULTS.md, "Trailing sums").
-  const std::uint64_t tail = std::min<std::uint64_t>(bytes_, std::uint64_t(1) << 20);
-  ::madvise(mapping_, mapped_bytes_, resident(bytes_ - tail, tail) ? MADV_SEQUENTIAL : MADV_RANDOM);
+  ::madvise(p, mapped_bytes_, access == Access::sequential ? MADV_SEQUENTIAL : MADV_NORMAL);
 }
 
 MappedRange::~MappedRange() {
   if (mapping_) ::munmap(mapping_, mapped_bytes_);
-}
-
-bool MappedRange::resident(std::uint64_t from, std::uint64_t bytes) const {
-  if (!mapping_ || bytes == 0) return mapping_ != nullptr;
-  const auto page = std::uint64_t(::sysconf(_SC_PAGESIZE));
-  const auto begin = std::uint64_t(data_ - static_cast<const char*>(mapping_)) + from;
-  const std::uint64_t first = begin - begin % page;
-  const std::uint64_t length = begin + bytes - first;
-  std::vector<unsigned char> pages(std::size_t((length + page - 1) / page));
-  if (::mincore(static_cast<char*>(mapping_) + first, std::size_t(length), pages.data()) != 0)
-    return false;
-  return std::all_of(pages.begin(), pages.end(), [](unsigned char p) { return (p & 1) != 0; });
 }
 
 std::string read_mapped(const MappedRange& range, void (*read)(void*), void* context) {

@@ -9,37 +9,25 @@
 namespace megatron::checkpoint::detail {
 
 // Note [Mapped reads]
-//   A checkpoint load reads a tensor's data through a read-only mapping of the file, so the sums
-//   read the page cache itself rather than a copy of it:
-//   - With one compute thread (and for slices and `verify`), each run is copied from the mapping
-//     to the tensor in the pass that sums it (Fletcher32::add_copy): each byte is read once, by
-//     vector loads, instead of the kernel copying it and the sums reading the copy again.
-//   - With two, a whole tensor is read by one pread, exactly as an unchecked load reads it (the
-//     kernel's copy, and its largest requests to the disk), while the load's helper thread
-//     (TrailingSums, trailing_sums.h) sums the same bytes from the mapping behind it. The sums
-//     take only pages already in the page cache (mincore), sleeping 50 us while the next 1 MiB
-//     is not, and the mapping of a tensor still being read from the disk is MADV_RANDOM, so
-//     their faults never start reads of their own. The loading thread goes on to the next
-//     tensor while the helper still sums this one (up to four tensors queued); the load waits
-//     for the sums once, at its end, and then throws the first damage in file order.
-//   The mapping's faults are cheap only when the page cache holds the file in large folios, which
-//   for a file in the cache since its save depends on how it was written: saves write in windows
-//   ending on 2 MiB boundaries of the file (tile_digests.cpp). A mapped page that cannot be read
-//   raises SIGBUS instead of returning an error; read_mapped turns it into one. Measured figures
-//   are in bench/RESULTS.md ("Mapped reads", "Trailing sums").
+//   A checkpoint load with one compute thread, a slice of a tensor and `inspect --verify` read a
+//   tensor's data through a read-only mapping of the file, copying each run to the tensor in the
+//   pass that sums it (Fletcher32::add_copy): each byte is read once, by vector loads, instead of
+//   the kernel copying it and the sums reading the copy again. (With two compute threads, whole
+//   tensors are read by pread in windows on both threads instead: Note [Paired reads] in
+//   tile_digests.h.) The mapping's faults are cheap only when the page cache holds the file in
+//   large folios, which for a file in the cache since its save depends on how it was written:
+//   saves write in windows ending on 2 MiB boundaries of the file (tile_digests.cpp). A mapped
+//   page that cannot be read raises SIGBUS instead of returning an error; read_mapped turns it
+//   into one. Measured figures are in bench/RESULTS.md ("Mapped reads", "Paired reads").
 class MappedRange {
  public:
   // How the mapping will be read, told to the kernel: front to back (its faults read ahead
-  // further), in any order (within a selection), or only where the page cache already holds
-  // the file (sums trailing a read: its faults are to start no reads at all).
-  enum class Access { sequential, selection, resident_only };
+  // further), or in any order (within a selection).
+  enum class Access { sequential, selection };
   // Maps `bytes` (> 0) at `offset` of the file open at `fd`. valid() is false, and error() says
   // why, when the kernel refuses (no address space left, a file system that cannot map).
   MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, Access access);
   ~MappedRange();
-  // Advice for a range of Access::resident_only, given by the thread that will read it: whether
-  // the file is in the page cache already (the advice differs) is asked there, off the read's way.
-  void advise_trailing() const;
   MappedRange(const MappedRange&) = delete;
   MappedRange& operator=(const MappedRange&) = delete;
 
@@ -48,9 +36,6 @@ class MappedRange {
   // The byte at `offset`.
   const char* data() const { return data_; }
   std::uint64_t bytes() const { return bytes_; }
-  // Whether every page of the `bytes` at `from` of the range is in the page cache (mincore):
-  // reading them starts no read from the disk.
-  bool resident(std::uint64_t from, std::uint64_t bytes) const;
 
  private:
   void* mapping_ = nullptr;  // page-aligned start of the mapping

@@ -2,6 +2,8 @@
 #include "checkpoint/tensor_layout.h"
 
 #include <fmt/format.h>
+#include <cstdlib>
+#include <string_view>
 
 #include <algorithm>
 
@@ -164,9 +166,26 @@ std::string read_tile_attributes(hid_t dataset, const std::string& name,
   return "";
 }
 
+namespace {
+
+// How loads read whole tensors: as read_with_digests chooses, unless the test hook
+// MEGATRON_TEST_WHOLE_READS names a method ("paired" or "read_then_check"), so tests can take
+// each path whatever the page cache holds (Note [Paired reads]).
+ReadMethod whole_read_method() {
+  const char* hook = std::getenv("MEGATRON_TEST_WHOLE_READS");
+  if (!hook) return ReadMethod::automatic;
+  const std::string_view method(hook);
+  if (method == "paired") return ReadMethod::paired;
+  if (method == "read_then_check") return ReadMethod::read_then_check;
+  throw Error("MEGATRON_TEST_WHOLE_READS = '" + std::string(method) +
+              "': expected 'paired' or 'read_then_check'");
+}
+
+}  // namespace
+
 std::string read_tiles(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
                        void* out, int partition_dim, const std::vector<ShardRun>& runs,
-                       TrailingSums* trailing) {
+                       ReadHelper* helper, std::shared_ptr<const void> owner) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   const std::size_t element_bytes = type.valid() ? H5Tget_size(type.get()) : 0;
   // The bytes are read as they lie: little-endian, as every tensor is stored.
@@ -183,7 +202,7 @@ std::string read_tiles(hid_t dataset, const std::string& name, const std::vector
   const std::optional<int> fd = file_descriptor(dataset);
   if (!fd) throw Error("tensor '" + name + "': cannot check it (the file is not open with sec2)");
   return read_with_digests(*fd, tiles.offset, tiles.grid, tiles.digests, out, partition_dim, runs,
-                           name, ReadMethod::mapped, trailing);
+                           name, whole_read_method(), helper, std::move(owner));
 }
 
 std::optional<int> file_descriptor(hid_t dataset) {

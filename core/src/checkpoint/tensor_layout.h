@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@
 
 namespace megatron::checkpoint::detail {
 
-class TrailingSums;
+class ReadHelper;
 
 // Note [Checksums]
 //   Why checksums per tile and not one digest attribute per tensor: a sharded save writes each
@@ -78,12 +79,12 @@ std::string read_tile_attributes(hid_t dataset, const std::string& name,
                                  StoredTiles& out);
 // Reads (into `out`, of the dataset's own element type, or with `out` null only checks) the
 // whole tensor or, with partition_dim >= 0, the rows of `runs` along it (validated by the caller),
-// checking every tile read (Note [Tile digests]); "" or the damage message. With `trailing`, a
-// whole tensor's check may still be running on its helper when this returns (its verdict then
-// comes from trailing->finish()).
+// checking every tile read (Note [Tile digests]); "" or the damage message. With `helper`, a
+// whole tensor is read on two threads (Note [Paired reads]); with `owner` too (keeping `out`
+// alive), its check may be left to the helper, whose finish() then gives the verdict.
 std::string read_tiles(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
                        void* out, int partition_dim = -1, const std::vector<ShardRun>& runs = {},
-                       TrailingSums* trailing = nullptr);
+                       ReadHelper* helper = nullptr, std::shared_ptr<const void> owner = nullptr);
 // The descriptor of the dataset's file when it is open with the sec2 driver.
 std::optional<int> file_descriptor(hid_t dataset);
 // Writes the attributes that go with the layout (the scalar marker) on a new dataset.

@@ -2,6 +2,7 @@
 // windowed reads and writes that check and compute them (Note [Tile digests]).
 #include "checkpoint/tile_digests.h"
 
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -10,17 +11,14 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cstring>
 #include <memory>
-#include <optional>
-#include <thread>
 
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/mapped_range.h"
+#include "checkpoint/read_helper.h"
 #include "checkpoint/tensor_layout.h"
-#include "checkpoint/trailing_sums.h"
 #include "megatron/error.h"
 
 namespace megatron::checkpoint::detail {
@@ -265,17 +263,6 @@ class Window {
   std::size_t bytes_ = 0;
 };
 
-// Sums trailing a read check that the next this many bytes are in the page cache before they
-// sum them, and sleep this long when they are not (the disk brings about 1 MiB in 0.5 ms).
-constexpr std::uint64_t kTrailBytes = std::uint64_t(1) << 20;
-constexpr std::chrono::microseconds kTrailWait{50};
-
-// Whether a whole tensor of `bytes` is read with its sums trailing on the helper thread: two
-// windows at least (a smaller one is read before the helper would have woken up).
-bool worth_a_second_thread(std::uint64_t bytes) {
-  return bytes >= 2 * kWindowBytes;
-}
-
 // The file offset of a run's first byte, for a dataset whose data starts at `offset`.
 std::uint64_t run_offset(const TileGrid& grid, haddr_t offset, const Run& run) {
   return offset + (run.line * grid.dims.back() + run.column) * grid.element_bytes;
@@ -459,42 +446,180 @@ std::string unreadable(const std::string& name, const std::string& error) {
   return "tensor '" + name + "' is damaged: its data cannot be read back (" + error + ")";
 }
 
-// The check of a whole tensor that trails its pread on the helper (Note [Mapped reads]): sums
-// of the file's pages from the mapping, each 1 MiB only once mincore says it is in the page
-// cache (sleeping otherwise), so its faults never start reads of their own.
-TrailingSums::Check trailing_check(std::shared_ptr<const MappedRange> range, haddr_t offset,
-                                   const TileGrid& grid, Walk walk,
-                                   std::vector<std::uint32_t> stored, std::string name) {
-  return [=, walk = std::move(walk), stored = std::move(stored),
-          name = std::move(name)](const TrailingSums::Signals& signals) -> std::string {
-    TileDigests sums(grid);
-    std::vector<bool> touched(static_cast<std::size_t>(grid.count()), false);
-    const std::uint64_t total = range->bytes();
-    auto trail = [&] {
-      std::uint64_t ready = 0;  // bytes of the tensor known to be in the page cache
-      walk_runs(grid, walk, [&](const Run& run, std::int64_t) {
-        const std::uint64_t at = run_offset(grid, offset, run) - offset;
-        const std::uint64_t end = at + run.elements * grid.element_bytes;
-        while (ready < end) {
-          const std::uint64_t step = std::min(kTrailBytes, total - ready);
-          if (signals.read_done.load(std::memory_order_acquire) || range->resident(ready, step)) {
-            ready += step;
-          } else if (signals.stop.load(std::memory_order_relaxed)) {
-            return;
-          } else {
-            std::this_thread::sleep_for(kTrailWait);
-          }
-        }
-        sums.add(run, range->data() + at);
-        touched[std::size_t(sums.tile_of(run))] = true;
-      });
-    };
-    range->advise_trailing();
-    if (std::string error = read_mapped(*range, trail); !error.empty())
-      return unreadable(name, error);
-    if (signals.stop.load()) return "";
-    return tile_verdict(grid, sums, touched, stored, name);
+// Windows of a whole tensor read from the page cache on two threads (Note [Paired reads]): each
+// is summed right after its read, from the core's own cache, so two fit a core's L2 with room
+// to spare. A tensor read from the disk is summed in windows of the same size.
+constexpr std::size_t kPairedWindowBytes = std::size_t(512) << 10;
+// How much of a tensor's end is asked about to tell whether it is in the page cache.
+constexpr std::uint64_t kResidentTailBytes = std::uint64_t(1) << 20;
+
+// A whole tensor cut into windows for reads and sums on two threads (Note [Paired reads]): each
+// window's runs (each inside one tile) are read with one pread into the tensor and summed on
+// their own.
+class TensorWindows {
+ public:
+  TensorWindows(int fd, haddr_t offset, const TileGrid& grid, char* tensor, const Walk& walk)
+      : fd_(fd), offset_(offset), grid_(grid), tensor_(tensor) {
+    walk_runs(grid, walk, [&](const Run& run, std::int64_t local) {
+      pieces_.push_back({run, std::size_t(local)});
+    });
+    // Window k holds pieces [starts_[k], starts_[k + 1]): windows end on runs' ends, at or past
+    // kPairedWindowBytes.
+    std::size_t filled = kPairedWindowBytes;
+    for (std::size_t i = 0; i < pieces_.size(); ++i) {
+      if (filled >= kPairedWindowBytes) {
+        starts_.push_back(i);
+        filled = 0;
+      }
+      filled += bytes(i);
+    }
+    starts_.push_back(pieces_.size());
+  }
+
+  const TileGrid& grid() const { return grid_; }
+  std::size_t count() const { return starts_.size() - 1; }
+  // Reads windows [from, to) into the tensor with one pread: "" or why it failed.
+  std::string read(std::size_t from, std::size_t to) const {
+    const std::size_t first = pieces_[starts_[from]].local;
+    const std::size_t end = pieces_[starts_[to] - 1].local + bytes(starts_[to] - 1);
+    std::vector<iovec> iov{{tensor_ + first, end - first}};
+    return transfer_fully(fd_, offset_ + first, iov, false);
+  }
+  // Adds window k, as it lies in the tensor, to `sums`.
+  void sum(std::size_t k, TileDigests& sums) const {
+    for (std::size_t i = starts_[k]; i < starts_[k + 1]; ++i)
+      sums.add(pieces_[i].run, tensor_ + pieces_[i].local);
+  }
+
+ private:
+  struct Piece {
+    Run run;
+    std::size_t local;  // = its offset in the dataset's data: the tensor is whole
   };
+  std::size_t bytes(std::size_t i) const {
+    return std::size_t(pieces_[i].run.elements) * grid_.element_bytes;
+  }
+
+  int fd_;
+  haddr_t offset_;
+  TileGrid grid_;
+  char* tensor_;
+  std::vector<Piece> pieces_;
+  std::vector<std::size_t> starts_;
+};
+
+// Sums of some of a whole tensor's windows (those one thread summed), or why a read failed.
+struct SumsPart {
+  explicit SumsPart(const TileGrid& grid) : sums(grid) {}
+  TileDigests sums;
+  std::string error;
+};
+
+// Adds the parts' sums into `total` (Fletcher32 is linear).
+template <typename Parts>
+void add_parts(TileDigests& total, Parts first, Parts last) {
+  for (; first != last; ++first) {
+    for (std::size_t t = 0; t < total.sums().size(); ++t) {
+      total.sums()[t].a += first->sums.sums()[t].a;
+      total.sums()[t].b += first->sums.sums()[t].b;
+    }
+  }
+  total.normalize();
+}
+
+// The verdict on a whole tensor from the parts that together summed every window.
+std::string whole_verdict(std::vector<SumsPart>& parts, const std::vector<std::uint32_t>& stored,
+                          const std::string& name) {
+  for (const SumsPart& part : parts)
+    if (!part.error.empty()) return unreadable(name, part.error);
+  TileDigests& total = parts[0].sums;
+  add_parts(total, parts.begin() + 1, parts.end());
+  return tile_verdict(total.grid(), total, std::vector<bool>(total.sums().size(), true), stored,
+                      name);
+}
+
+// Both threads take the next window in turn, read it (when `read`) and sum it right after, from
+// their own core's cache, into sums of their own.
+std::string paired(const TensorWindows& windows, bool read,
+                   const std::vector<std::uint32_t>& stored, const std::string& name,
+                   ReadHelper& helper) {
+  std::vector<SumsPart> parts(2, SumsPart(windows.grid()));
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  helper.run_on_both([&](int worker) {
+    SumsPart& part = parts[std::size_t(worker)];
+    for (;;) {
+      const std::size_t k = next.fetch_add(1, std::memory_order_relaxed);
+      if (k >= windows.count() || failed.load(std::memory_order_relaxed)) return;
+      if (read) part.error = windows.read(k, k + 1);
+      if (!part.error.empty()) {
+        failed.store(true, std::memory_order_relaxed);
+        return;
+      }
+      windows.sum(k, part.sums);
+    }
+  });
+  return whole_verdict(parts, stored, name);
+}
+
+// The sums of a whole tensor already read, deferred to the helper (Note [Paired reads]): the
+// helper and, once it has read everything, the loading thread take its windows in turn.
+class WindowsCheck : public SharedCheck {
+ public:
+  WindowsCheck(std::shared_ptr<const TensorWindows> windows, std::vector<std::uint32_t> stored,
+               std::string name, std::shared_ptr<const void> owner)
+      : windows_(std::move(windows)),
+        stored_(std::move(stored)),
+        name_(std::move(name)),
+        owner_(std::move(owner)),
+        parts_(2, SumsPart(windows_->grid())) {}
+
+  void take_part(int worker) noexcept override {
+    SumsPart& part = parts_[std::size_t(worker)];
+    for (std::size_t k = next_.fetch_add(1, std::memory_order_relaxed); k < windows_->count();
+         k = next_.fetch_add(1, std::memory_order_relaxed)) {
+      windows_->sum(k, part.sums);
+    }
+  }
+  std::string verdict() override { return whole_verdict(parts_, stored_, name_); }
+
+ private:
+  std::shared_ptr<const TensorWindows> windows_;
+  std::vector<std::uint32_t> stored_;
+  std::string name_;
+  std::shared_ptr<const void> owner_;  // keeps the tensor the windows were read into
+  std::vector<SumsPart> parts_;
+  std::atomic<std::size_t> next_{0};
+};
+
+// From the disk: one pread of the whole tensor, as a load without checksums reads it (the
+// kernel's largest requests to the disk: smaller preads made cold loads slower), then its sums:
+// left to the helper while the loading thread reads on when `owner` keeps the tensor alive (the
+// verdict then comes from helper.finish()), else on both threads now.
+std::string read_then_check(std::shared_ptr<const TensorWindows> windows,
+                            const std::vector<std::uint32_t>& stored, const std::string& name,
+                            ReadHelper& helper, std::shared_ptr<const void> owner) {
+  if (std::string error = windows->read(0, windows->count()); !error.empty())
+    return unreadable(name, error);
+  if (!owner) return paired(*windows, false, stored, name, helper);
+  helper.defer(std::make_shared<WindowsCheck>(std::move(windows), stored, name, std::move(owner)));
+  return "";
+}
+
+// Whether the last `bytes` at `offset` of the file are in the page cache (mincore on a mapping of
+// them that is never read): a tensor saved or read lately is, a tensor not read since a restart
+// or since the kernel dropped it is not.
+bool in_page_cache(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  const auto page = std::uint64_t(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t start = offset - offset % page;
+  const auto length = std::size_t(offset + bytes - start);
+  void* p = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, off_t(start));
+  if (p == MAP_FAILED) return true;  // the paired read does not need the mapping
+  std::vector<unsigned char> pages((length + page - 1) / page);
+  const bool known = ::mincore(p, length, pages.data()) == 0;
+  ::munmap(p, length);
+  return !known ||
+         std::all_of(pages.begin(), pages.end(), [](unsigned char b) { return (b & 1) != 0; });
 }
 
 }  // namespace
@@ -502,36 +627,28 @@ TrailingSums::Check trailing_check(std::shared_ptr<const MappedRange> range, had
 std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<std::uint32_t>& stored, void* out, int dim,
                               const std::vector<ShardRun>& runs, const std::string& name,
-                              ReadMethod method, TrailingSums* trailing) {
+                              ReadMethod method, ReadHelper* helper,
+                              std::shared_ptr<const void> owner) {
   Walk walk = out ? make_walk(grid, dim, runs, true) : make_walk(grid, -1, {}, false);
   char* const tensor = static_cast<char*>(out);
   const std::uint64_t total = grid.lines() * grid.row_bytes();
-  const bool trail =
-      tensor && walk.dim < 0 && trailing && trailing->active() && worth_a_second_thread(total);
-  std::shared_ptr<const MappedRange> range;
-  if (method == ReadMethod::mapped) {
-    using Access = MappedRange::Access;
-    range = std::make_shared<const MappedRange>(fd, offset, total,
-                                                trail          ? Access::resident_only
-                                                : walk.dim < 0 ? Access::sequential
-                                                               : Access::selection);
-  }
-  if (range && range->valid() && trail) {
-    // A whole tensor with the helper: one pread into the tensor, exactly as an unchecked load
-    // reads it, while the helper sums the file's pages behind it; its verdict comes from
-    // trailing->finish() (Note [Mapped reads]).
-    const TrailingSums::ReadDone read_done =
-        trailing->add(trailing_check(range, offset, grid, std::move(walk), stored, name));
-    std::string error;
-    try {
-      std::vector<iovec> iov{{tensor, std::size_t(total)}};
-      error = transfer_fully(fd, offset, iov, false);
-    } catch (...) {
-      read_done->store(true, std::memory_order_release);  // the check must not wait on it
-      throw;
+  if (method != ReadMethod::windows && tensor && walk.dim < 0 && helper && helper->active() &&
+      total >= 2 * kPairedWindowBytes) {
+    // Judged by its last 1 MiB: the first pages of a tensor not in the page cache may be there
+    // (read ahead behind HDF5's reads of the metadata before it), its last ones not.
+    const std::uint64_t tail = std::min<std::uint64_t>(total, kResidentTailBytes);
+    if (method == ReadMethod::paired ||
+        (method == ReadMethod::automatic && in_page_cache(fd, offset + total - tail, tail))) {
+      return paired(TensorWindows(fd, offset, grid, tensor, walk), true, stored, name, *helper);
     }
-    read_done->store(true, std::memory_order_release);
-    return error.empty() ? "" : unreadable(name, error);
+    return read_then_check(std::make_shared<const TensorWindows>(fd, offset, grid, tensor, walk),
+                           stored, name, *helper, std::move(owner));
+  }
+  std::unique_ptr<const MappedRange> range;
+  if (method != ReadMethod::windows) {
+    range = std::make_unique<const MappedRange>(
+        fd, offset, total,
+        walk.dim < 0 ? MappedRange::Access::sequential : MappedRange::Access::selection);
   }
   TileDigests sums(grid);
   std::vector<bool> touched(static_cast<std::size_t>(grid.count()), false);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,7 @@
 
 namespace megatron::checkpoint::detail {
 
-class TrailingSums;
+class ReadHelper;
 
 // Note [Tile digests]
 //   A tensor is one contiguous, row-major dataset, so a save writes and a whole-tensor load reads
@@ -31,21 +32,36 @@ class TrailingSums;
 //   B = sum of (n - k) w_k (HDF5's sums; unlike its filter, 0 stays 0). Fletcher32 is linear, so
 //   a tile can be summed from runs in any order and from several ranks: a run of m words at word
 //   p of the tile adds its own A and B + (n - p - m) A. A sharded save adds every rank's runs
-//   with one all-reduce. A load sums each run as it copies it out of a mapping of the
-//   file (Note [Mapped reads]). Elements of 2 bytes or more only, so runs start on whole words;
+//   with one all-reduce. A load sums each window right after reading it, on two threads
+//   (Note [Paired reads]), or each run as it copies it out of a mapping of the file
+//   (Note [Mapped reads]). Elements of 2 bytes or more only, so runs start on whole words;
 //   uint8 tensors keep HDF5-filtered chunks. HDF5 tools read the data as any contiguous dataset but
 //   do not check it; `megatron-app inspect --verify` does.
-// Note [Sums beside the transfer]
-//   Where two compute threads are allowed (OpenMP's setting: the node's cores split among its
-//   ranks) and a whole tensor spans two windows or more, a load reads it while the load's helper
-//   thread sums the file's pages behind the read (Note [Mapped reads] in mapped_range.h); with
-//   one thread it sums each run as it copies it from the mapping. A plain thread per load, not
-//   an OpenMP region per tensor: a region's end made every tensor wait for its sums' tail, and
-//   OpenMP's pool spun between tensors (19% of a warm load's samples). Saves sum each window just
-//   before writing it, on one thread: beside the writes, a second thread summing the tensor cost
-//   saves of 512 MiB 50-120% more wall time when 2 MiB windows were written (bench/RESULTS.md;
-//   its idle spinning in OpenMP's barrier competed with the kernel's writeback on two cores),
-//   while on one thread they took the time of saves without checksums. The sums are the same
+// Note [Paired reads]
+//   Where two compute threads are allowed (the node's cores split among its ranks) and a whole
+//   tensor spans two windows of 512 KiB or more, the loading thread and the load's helper thread
+//   (ReadHelper, read_helper.h) read it together:
+//   - From the page cache (its last 1 MiB resident, asked with mincore): each thread takes the
+//     next window in turn, reads it into the tensor with one pread and sums it right after, from
+//     its own core's cache, into sums of its own; the sums are added once both are done. Each
+//     byte crosses memory as often as in a load without checksums (the kernel's copy), and each
+//     core's sums overlap the other core's copy.
+//   - From the disk: the loading thread reads the whole tensor with one pread, as a load without
+//     checksums does (the kernel's largest requests; smaller reads, on one thread or two, made
+//     cold loads 7-20% slower), and the helper sums it while the loading thread reads the next
+//     tensors. The load then takes part in what is left (ReadHelper::finish) and throws the
+//     first damage in file order. Callers that cannot keep the tensor alive until then (no
+//     `owner`) sum it on both threads before the read returns.
+//   Page-cache loads took the time of loads without checksums, loads from the disk 3-8% more
+//   (bench/RESULTS.md, "Paired reads"). What was tried before, all slower (+5-30%): one thread
+//   reading while the other summed the same bytes, from the page cache through a mapping or from
+//   the tensor behind the read (a third pass over memory, or the second core reading lines the
+//   first had just written); one thread copying and summing from a mapping (page faults). With
+//   one thread a tensor is copied from a mapping and summed in one pass (Note [Mapped reads]).
+//   Saves sum each window just before writing it, on one thread: two threads each summing and
+//   writing windows made 512 MiB saves 68% slower (the page cache's writeback throttled two
+//   writers), and a second thread summing beside the writes 50-120% (OpenMP's spinning), while
+//   on one thread they took about the time of saves without checksums. The sums are the same
 //   either way (Fletcher32 is linear).
 inline constexpr const char* kTileShapeAttribute = "fletcher32_tile";
 inline constexpr const char* kTileDigestsAttribute = "fletcher32";
@@ -127,20 +143,27 @@ std::string transfer_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov
 void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* data,
                         const std::string& name);
 
-// How read_with_digests reads: through a mapping of the file (Note [Mapped reads]), or in windows
-// of pread, each summed right after its read (when the kernel refuses the mapping; tests compare).
-enum class ReadMethod { mapped, windows };
+// How read_with_digests reads:
+// - automatic: as loads do: a whole tensor on two threads when `helper` runs (Note [Paired
+//   reads]: paired from the page cache, else read then checked), anything else through a mapping
+//   (Note [Mapped reads]);
+// - windows: windows of pread in turn, each summed right after its read (when the kernel refuses
+//   the mapping; the tests' reference);
+// - paired, read_then_check: a whole tensor so wherever it is (tests); with no helper running, or
+//   for a selection or the check alone, as automatic.
+enum class ReadMethod { automatic, windows, paired, read_then_check };
 
 // Reads from the dataset at `offset` of the file at `fd` every tile the selection touches (whole:
 // rows and columns outside the selection are summed too), checks each against `stored`, and puts
 // the selection into `out` (null: only checks). "" when intact, else
-// "tensor '<name>' is damaged: ..." naming the first bad tile. With `trailing` active, a whole
-// tensor's sums may be left to its helper thread: their verdict then comes from
-// trailing->finish(), and `out` holds the data (unchecked) when this returns "".
+// "tensor '<name>' is damaged: ..." naming the first bad tile. With `helper` running and `owner`
+// keeping `out` alive, the check of a whole tensor read from the disk may be left to the helper:
+// its verdict then comes from helper->finish() (Note [Paired reads]).
 std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<std::uint32_t>& stored, void* out, int dim,
                               const std::vector<ShardRun>& runs, const std::string& name,
-                              ReadMethod method = ReadMethod::mapped,
-                              TrailingSums* trailing = nullptr);
+                              ReadMethod method = ReadMethod::automatic,
+                              ReadHelper* helper = nullptr,
+                              std::shared_ptr<const void> owner = nullptr);
 
 }  // namespace megatron::checkpoint::detail
