@@ -6,9 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh test
 
-echo "== build (RelWithDebInfo, warnings as errors)"
+# The tests' builds keep line tables only (-g1: sanitizer reports still name files and lines):
+# a quarter less compile time than full debug information.
+line_tables=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+             -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+
+echo "== build (RelWithDebInfo with line tables, warnings as errors)"
 mkdir -p build
-bash scripts/build.sh build
+bash scripts/build.sh build "${line_tables[@]}"
 # Passive OpenMP waiting: ctest runs tests side by side on few cores, where spinning threads
 # steal the cores their team mates need (a 10x slowdown measured on 2 cores).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -17,7 +22,7 @@ ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
 
 echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer"
 mkdir -p build-asan
-bash scripts/build.sh build-asan -DMEGATRON_SANITIZE=ON -DMEGATRON_CUDA=OFF
+bash scripts/build.sh build-asan -DMEGATRON_SANITIZE=ON -DMEGATRON_CUDA=OFF "${line_tables[@]}"
 echo "== tests under the sanitizers"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}

@@ -20,9 +20,9 @@
 
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/mapped_range.h"
-#include "checkpoint/read_helper.h"
 #include "checkpoint/tensor_layout.h"
 #include "checkpoint/tile_digests.h"
+#include "checkpoint/transfer_helper.h"
 #include "checkpoint_test_util.h"
 #include "megatron/backend/backend.h"
 
@@ -221,7 +221,7 @@ TEST(TileDigests, OneThreadOrTwoGiveTheSameDigestsAndData) {
   std::vector<std::vector<std::uint32_t>> digests;
   for (const int threads : {1, 2}) {
     set_compute_threads(threads);
-    ASSERT_EQ(detail::ReadHelper().active(), threads == 2);
+    ASSERT_EQ(detail::TransferHelper().active(), threads == 2);
     TempDir dir;
     CheckpointState s;
     s.iteration = 1;
@@ -262,7 +262,7 @@ ReadResult read_by(const std::filesystem::path& file, const detail::StoredTiles&
   if (cold) {
     EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   }
-  detail::ReadHelper helper;
+  detail::TransferHelper helper;
   // `owned`: the data outlives helper.finish() below, so its check may be deferred to then.
   const std::shared_ptr<const void> owner =
       owned ? std::shared_ptr<const void>(result.data.data(), [](const void*) {}) : nullptr;
@@ -384,14 +384,15 @@ TEST(TileDigests, MappedAndPairedReadsEqualWindowedReads) {
 }
 
 // The helper runs a task beside the calling thread and returns once both parts are done; what
-// either part throws reaches the caller, only after the other part has finished; with one compute
-// thread the calling thread runs its part alone.
-TEST(ReadHelper, RunsATaskOnBothThreadsAndRethrows) {
-  using detail::ReadHelper;
+// either part throws reaches the caller, only after the other part has finished; the helper's
+// part is dropped when the caller's is done before the helper is free; with one compute thread
+// the calling thread runs its part alone.
+TEST(TransferHelper, RunsATaskOnBothThreadsAndRethrows) {
+  using detail::TransferHelper;
   const int previous = compute_threads();
   set_compute_threads(2);
   {
-    ReadHelper helper;
+    TransferHelper helper;
     ASSERT_TRUE(helper.active());
     for (int round = 0; round < 3; ++round) {  // the same helper, task after task
       std::array<std::thread::id, 2> ran{};
@@ -399,31 +400,74 @@ TEST(ReadHelper, RunsATaskOnBothThreadsAndRethrows) {
       helper.run_on_both([&](int worker) {
         ran[std::size_t(worker)] = std::this_thread::get_id();
         ++calls;
+        // The caller's part waits for the helper's to start (else it would be dropped).
+        while (worker == 0 && calls.load() < 2)
+          std::this_thread::yield();
       });
       EXPECT_EQ(calls.load(), 2);
       EXPECT_EQ(ran[0], std::this_thread::get_id());
       EXPECT_NE(ran[1], std::thread::id());
       EXPECT_NE(ran[1], ran[0]);
     }
-    std::atomic<bool> helper_done{false};
+    std::atomic<bool> helper_started{false}, helper_done{false};
     EXPECT_ERROR_MENTIONING(helper.run_on_both([&](int worker) {
-      if (worker == 0) throw Error("the caller's part failed");
+      if (worker == 0) {
+        while (!helper_started.load())
+          std::this_thread::yield();
+        throw Error("the caller's part failed");
+      }
+      helper_started = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
       helper_done = true;
     }),
                             "the caller's part failed");
     EXPECT_TRUE(helper_done.load());  // the caller waited for the helper's part
+    helper_started = false;
     EXPECT_ERROR_MENTIONING(helper.run_on_both([&](int worker) {
-      if (worker == 1) throw Error("the helper's part failed");
+      if (worker == 0) {
+        while (!helper_started.load())
+          std::this_thread::yield();
+        return;
+      }
+      helper_started = true;
+      throw Error("the helper's part failed");
     }),
                             "the helper's part failed");
     std::atomic<int> calls{0};
-    helper.run_on_both([&](int) { ++calls; });  // still usable after a failure
+    helper.run_on_both([&](int worker) {  // still usable after a failure
+      ++calls;
+      while (worker == 0 && calls.load() < 2)
+        std::this_thread::yield();
+    });
     EXPECT_EQ(calls.load(), 2);
+
+    // Behind work deferred before, the helper's part is dropped once the caller's is done: the
+    // caller does not wait for that work.
+    std::atomic<bool> deferred_done{false};
+    class SlowWork : public detail::SharedWork {
+     public:
+      explicit SlowWork(std::atomic<bool>& done) : done_(done) {}
+      void take_part(int worker) noexcept override {
+        if (worker != 1) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        done_ = true;
+      }
+      std::string verdict() override { return ""; }
+
+     private:
+      std::atomic<bool>& done_;
+    };
+    helper.defer(std::make_shared<SlowWork>(deferred_done));
+    std::vector<int> workers;
+    helper.run_on_both([&](int worker) { workers.push_back(worker); });
+    EXPECT_EQ(workers, std::vector<int>{0});
+    EXPECT_FALSE(deferred_done.load());
+    EXPECT_EQ(helper.finish(), "");
+    EXPECT_TRUE(deferred_done.load());
   }
   set_compute_threads(1);
   {
-    ReadHelper helper;
+    TransferHelper helper;
     EXPECT_FALSE(helper.active());
     std::vector<int> workers;
     helper.run_on_both([&](int worker) { workers.push_back(worker); });
@@ -434,7 +478,7 @@ TEST(ReadHelper, RunsATaskOnBothThreadsAndRethrows) {
 
 // A deferred check for the helper's tests: notes which threads took part, sleeping a little
 // first (so the caller of finish() finds it running), and gives a set verdict.
-class NotedCheck : public detail::SharedCheck {
+class NotedCheck : public detail::SharedWork {
  public:
   NotedCheck(std::string verdict, std::function<void(const std::string&)> note)
       : verdict_(std::move(verdict)), note_(std::move(note)) {}
@@ -455,8 +499,8 @@ class NotedCheck : public detail::SharedCheck {
 // takes part in each itself, waits for the helper's parts and gives the first damage in order.
 // A helper dropped with checks queued runs none of those not started. Without the helper a
 // deferred check runs at once, on the calling thread.
-TEST(ReadHelper, DeferredChecksGiveTheFirstDamageInOrder) {
-  using detail::ReadHelper;
+TEST(TransferHelper, DeferredChecksGiveTheFirstDamageInOrder) {
+  using detail::TransferHelper;
   const int previous = compute_threads();
   set_compute_threads(2);
   const std::thread::id caller = std::this_thread::get_id();
@@ -467,14 +511,20 @@ TEST(ReadHelper, DeferredChecksGiveTheFirstDamageInOrder) {
     order.push_back(what);
   };
   {
-    ReadHelper helper;
+    TransferHelper helper;
     std::vector<std::shared_ptr<NotedCheck>> checks;
     for (const char* verdict : {"", "first", "", "second"}) {
       checks.push_back(std::make_shared<NotedCheck>(verdict, note));
       helper.defer(checks.back());
     }
+    std::atomic<bool> helper_started{false};
     helper.run_on_both([&](int worker) {
-      if (worker == 1) note("helper's part");
+      if (worker == 1) {
+        note("helper's part");
+        helper_started = true;
+      }
+      while (!helper_started.load())  // the caller's part waits, so the helper's is not dropped
+        std::this_thread::yield();
     });
     std::vector<std::string> by_helper;
     for (const std::string& o : order)
@@ -491,7 +541,7 @@ TEST(ReadHelper, DeferredChecksGiveTheFirstDamageInOrder) {
   }
   std::atomic<int> started{0};
   {
-    ReadHelper helper;
+    TransferHelper helper;
     for (int k = 0; k < 3; ++k)
       helper.defer(std::make_shared<NotedCheck>("not wanted", [&](const std::string&) {
         ++started;
@@ -503,7 +553,7 @@ TEST(ReadHelper, DeferredChecksGiveTheFirstDamageInOrder) {
   EXPECT_EQ(started.load(), 1);  // the others were dropped unstarted
   set_compute_threads(1);
   {
-    ReadHelper helper;
+    TransferHelper helper;
     const auto check = std::make_shared<NotedCheck>("at once", note);
     helper.defer(check);
     EXPECT_EQ(check->workers_[0], caller);

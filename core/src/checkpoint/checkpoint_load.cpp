@@ -11,8 +11,8 @@
 
 #include "checkpoint/chunk_io.h"
 #include "checkpoint/hdf5_util.h"
-#include "checkpoint/read_helper.h"
 #include "checkpoint/tensor_layout.h"
+#include "checkpoint/transfer_helper.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 
@@ -227,7 +227,7 @@ void narrow_into(Tensor& out, const Tensor& target, bool half) {
 // and the check of one read from the disk may still run there: its verdict comes from
 // helper.finish(); Note [Paired reads]).
 Tensor read_tensor(hid_t dataset, const std::string& name, int format_version,
-                   detail::ReadHelper& helper) {
+                   detail::TransferHelper& helper) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   Handle space(H5Dget_space(dataset), H5Sclose);
   if (!type.valid() || !space.valid()) {
@@ -307,7 +307,7 @@ void read_root_attributes(hid_t root, const std::string& where, CheckpointState&
 // first damage in file order is thrown, once the checks left to the helper are done.
 void read_tensors(hid_t root, const std::string& where, const std::vector<std::string>& skip,
                   CheckpointState& state) {
-  detail::ReadHelper helper;
+  detail::TransferHelper helper;
   std::vector<std::string> links;
   if (H5Lvisit(root, H5_INDEX_NAME, H5_ITER_INC, collect_link, &links) < 0) {
     throw Error(where + "the file is corrupt: cannot list its datasets" + hdf5_reason());
@@ -416,7 +416,7 @@ CheckpointState load_checkpoint(const fs::path& path,
 struct CheckpointReader::Impl {
   Handle hdf5_file;
   Handle root;
-  detail::ReadHelper helper;  // reads whole tensors with the calling thread (checks never left)
+  detail::TransferHelper helper;  // reads whole tensors with the calling thread (checks never left)
 };
 
 CheckpointReader::CheckpointReader(const fs::path& path) : impl_(std::make_unique<Impl>()) {
@@ -471,7 +471,7 @@ namespace {
 // shape and the stored dtype), checking the checksums it carries.
 void read_stored(const fs::path& path, hid_t dataset, hid_t file_space, const std::string& name,
                  const Shape& global, const Shape& local, int partition_dim,
-                 const std::vector<ShardRun>& runs, Tensor& raw, detail::ReadHelper& helper) {
+                 const std::vector<ShardRun>& runs, Tensor& raw, detail::TransferHelper& helper) {
   const std::string file = "checkpoint " + path.string() + ": ";
   if (detail::has_tile_digests(dataset)) {
     const std::string damage = detail::read_tiles(dataset, name, detail::stored_dims(global),

@@ -1,6 +1,7 @@
 // save_checkpoint: checks the state, writes iter_XXXXXXX.h5.partial, renames it into place, then
 // updates the latest marker (see Note [Checkpoint file layout] in checkpoint.h).
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/tensor_io.h"
 #include "checkpoint/tensor_layout.h"
+#include "checkpoint/tile_digests.h"
+#include "checkpoint/transfer_helper.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 
@@ -26,8 +29,16 @@ using detail::stored_types;
 using detail::StoredTypes;
 using detail::tensor_problem;
 
-void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
-                  const Tensor& tensor) {
+// A tensor whose digests the helper is still summing: written into its attribute once it is done.
+struct PendingDigests {
+  Handle dataset;
+  std::shared_ptr<detail::HelperSums> sums;
+};
+
+// Creates and writes one tensor's dataset; a whole tensor summed on the helper (Note [Summed
+// beside the writes]) is added to `pending`.
+void write_tensor(hid_t file, hid_t link_properties, const std::string& name, const Tensor& tensor,
+                  detail::TransferHelper& helper, std::vector<PendingDigests>& pending) {
   const Tensor data = stored_form(tensor);
   const StoredTypes types = stored_types(tensor.dtype());
 
@@ -45,25 +56,35 @@ void write_tensor(hid_t file, hid_t link_properties, const std::string& name,
     throw Error("cannot create dataset '" + name + "' " + shape_str(tensor.shape()) +
                 hdf5_reason());
   }
+  detail::write_layout_attributes(dataset.get(), tensor.shape());
+  if (tensor.dtype() == DType::bf16 || tensor.dtype() == DType::f16) {
+    detail::write_string_attribute(dataset.get(), "dtype", std::string(dtype_name(tensor.dtype())));
+  }
   const std::size_t element_bytes = H5Tget_size(types.file);
   if (data.numel() > 0 && detail::uses_tile_digests(element_bytes)) {
-    // Note [Tile digests]: the data written straight into the file, summed window by window.
+    // Note [Tile digests]: the data written straight into the file.
     const std::optional<int> fd = detail::file_descriptor(dataset.get());
     const haddr_t offset = H5Dget_offset(dataset.get());
     if (!fd || offset == HADDR_UNDEF)
       throw Error("cannot find where dataset '" + name + "' is stored" + hdf5_reason());
-    detail::TileDigests sums(detail::tile_grid_for(dims, element_bytes));
-    detail::write_with_digests(*fd, offset, sums, data.raw_data(), name);
-    detail::write_tile_attributes(dataset.get(), sums.grid(), sums.digests());
+    const detail::TileGrid grid = detail::tile_grid_for(dims, element_bytes);
+    if (detail::helper_takes_whole(grid, &helper)) {
+      // The digests' attribute is made now, in the dataset's header, and filled in at the end.
+      detail::write_tile_attributes(dataset.get(), grid,
+                                    std::vector<std::uint32_t>(std::size_t(grid.count()), 0));
+      auto sums = detail::write_while_helper_sums(*fd, offset, grid, data.raw_data(), name, helper,
+                                                  data.storage());
+      pending.push_back({std::move(dataset), std::move(sums)});
+    } else {
+      detail::TileDigests sums(grid);
+      detail::write_with_digests(*fd, offset, sums, data.raw_data(), name);
+      detail::write_tile_attributes(dataset.get(), sums.grid(), sums.digests());
+    }
   } else if (data.numel() > 0 && detail::direct_chunks(dataset.get(), types.memory)) {
     detail::write_chunks(dataset.get(), name, dims, element_bytes, data.raw_data());
   } else if (data.numel() > 0 && H5Dwrite(dataset.get(), types.memory, H5S_ALL, H5S_ALL,
                                           H5P_DEFAULT, data.raw_data()) < 0) {
     throw Error("cannot write dataset '" + name + "'" + hdf5_reason());
-  }
-  detail::write_layout_attributes(dataset.get(), tensor.shape());
-  if (tensor.dtype() == DType::bf16 || tensor.dtype() == DType::f16) {
-    detail::write_string_attribute(dataset.get(), "dtype", std::string(dtype_name(tensor.dtype())));
   }
 }
 
@@ -75,8 +96,13 @@ void write_contents(hid_t file, const CheckpointState& state) {
       H5Pset_char_encoding(link_properties.get(), H5T_CSET_UTF8) < 0) {
     throw Error("cannot set up link properties" + hdf5_reason());
   }
+  detail::TransferHelper helper;
+  std::vector<PendingDigests> pending;
   for (const auto& [name, tensor] : state.tensors)
-    write_tensor(file, link_properties.get(), name, tensor);
+    write_tensor(file, link_properties.get(), name, tensor, helper, pending);
+  helper.finish();  // the sums have no verdict: "" always
+  for (PendingDigests& p : pending)
+    detail::rewrite_tile_digests(p.dataset.get(), p.sums->digests());
   if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) throw Error("cannot flush" + hdf5_reason());
 }
 

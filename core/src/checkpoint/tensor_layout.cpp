@@ -94,6 +94,15 @@ void write_tile_attributes(hid_t dataset, const TileGrid& grid,
   write(kTileDigestsAttribute, H5T_STD_U32LE, H5T_NATIVE_UINT32, digests.size(), digests.data());
 }
 
+void rewrite_tile_digests(hid_t dataset, const std::vector<std::uint32_t>& digests) {
+  Handle attribute(H5Aopen(dataset, kTileDigestsAttribute, H5P_DEFAULT), H5Aclose);
+  Handle space(attribute.valid() ? H5Aget_space(attribute.get()) : H5I_INVALID_HID, H5Sclose);
+  if (!space.valid() || H5Sget_simple_extent_npoints(space.get()) != hssize_t(digests.size()) ||
+      H5Awrite(attribute.get(), H5T_NATIVE_UINT32, digests.data()) < 0)
+    throw Error(std::string("cannot write attribute '") + kTileDigestsAttribute + "'" +
+                hdf5_reason());
+}
+
 namespace {
 
 // The values of a one-dimensional attribute of `count` integers; false when it is not that.
@@ -185,7 +194,7 @@ ReadMethod whole_read_method() {
 
 std::string read_tiles(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
                        void* out, int partition_dim, const std::vector<ShardRun>& runs,
-                       ReadHelper* helper, std::shared_ptr<const void> owner) {
+                       TransferHelper* helper, std::shared_ptr<const void> owner) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   const std::size_t element_bytes = type.valid() ? H5Tget_size(type.get()) : 0;
   // The bytes are read as they lie: little-endian, as every tensor is stored.

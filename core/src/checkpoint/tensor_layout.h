@@ -18,7 +18,7 @@
 
 namespace megatron::checkpoint::detail {
 
-class ReadHelper;
+class TransferHelper;
 
 // Note [Checksums]
 //   Why checksums per tile and not one digest attribute per tensor: a sharded save writes each
@@ -65,6 +65,10 @@ bool has_tile_digests(hid_t dataset);
 // Writes the tile shape and digests of a dataset (collective under MPI-IO: every rank, the same).
 void write_tile_attributes(hid_t dataset, const TileGrid& grid,
                            const std::vector<std::uint32_t>& digests);
+// Replaces the digests written by write_tile_attributes with `digests` (as many): a save that
+// sums beside its writes creates the attributes with the dataset, so they lie in its header,
+// and fills them in once the sums are done.
+void rewrite_tile_digests(hid_t dataset, const std::vector<std::uint32_t>& digests);
 // A dataset's tiles, their digests and where its data starts in the file.
 struct StoredTiles {
   TileGrid grid;
@@ -84,7 +88,8 @@ std::string read_tile_attributes(hid_t dataset, const std::string& name,
 // alive), its check may be left to the helper, whose finish() then gives the verdict.
 std::string read_tiles(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
                        void* out, int partition_dim = -1, const std::vector<ShardRun>& runs = {},
-                       ReadHelper* helper = nullptr, std::shared_ptr<const void> owner = nullptr);
+                       TransferHelper* helper = nullptr,
+                       std::shared_ptr<const void> owner = nullptr);
 // The descriptor of the dataset's file when it is open with the sec2 driver.
 std::optional<int> file_descriptor(hid_t dataset);
 // Writes the attributes that go with the layout (the scalar marker) on a new dataset.

@@ -17,8 +17,8 @@
 
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/mapped_range.h"
-#include "checkpoint/read_helper.h"
 #include "checkpoint/tensor_layout.h"
+#include "checkpoint/transfer_helper.h"
 #include "megatron/error.h"
 
 namespace megatron::checkpoint::detail {
@@ -528,12 +528,12 @@ void add_parts(TileDigests& total, Parts first, Parts last) {
 }
 
 // The verdict on a whole tensor from the parts that together summed every window.
-std::string whole_verdict(std::vector<SumsPart>& parts, const std::vector<std::uint32_t>& stored,
-                          const std::string& name) {
+std::string whole_verdict(const std::vector<SumsPart>& parts,
+                          const std::vector<std::uint32_t>& stored, const std::string& name) {
   for (const SumsPart& part : parts)
     if (!part.error.empty()) return unreadable(name, part.error);
-  TileDigests& total = parts[0].sums;
-  add_parts(total, parts.begin() + 1, parts.end());
+  TileDigests total(parts[0].sums.grid());
+  add_parts(total, parts.begin(), parts.end());
   return tile_verdict(total.grid(), total, std::vector<bool>(total.sums().size(), true), stored,
                       name);
 }
@@ -542,7 +542,7 @@ std::string whole_verdict(std::vector<SumsPart>& parts, const std::vector<std::u
 // their own core's cache, into sums of their own.
 std::string paired(const TensorWindows& windows, bool read,
                    const std::vector<std::uint32_t>& stored, const std::string& name,
-                   ReadHelper& helper) {
+                   TransferHelper& helper) {
   std::vector<SumsPart> parts(2, SumsPart(windows.grid()));
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
@@ -562,15 +562,12 @@ std::string paired(const TensorWindows& windows, bool read,
   return whole_verdict(parts, stored, name);
 }
 
-// The sums of a whole tensor already read, deferred to the helper (Note [Paired reads]): the
-// helper and, once it has read everything, the loading thread take its windows in turn.
-class WindowsCheck : public SharedCheck {
+// The sums of a whole tensor in memory, window by window in turn by whichever thread comes next:
+// the helper, and the calling thread once it has nothing else to do (TransferHelper::finish).
+class WindowSums : public HelperSums {
  public:
-  WindowsCheck(std::shared_ptr<const TensorWindows> windows, std::vector<std::uint32_t> stored,
-               std::string name, std::shared_ptr<const void> owner)
+  WindowSums(std::shared_ptr<const TensorWindows> windows, std::shared_ptr<const void> owner)
       : windows_(std::move(windows)),
-        stored_(std::move(stored)),
-        name_(std::move(name)),
         owner_(std::move(owner)),
         parts_(2, SumsPart(windows_->grid())) {}
 
@@ -581,15 +578,37 @@ class WindowsCheck : public SharedCheck {
       windows_->sum(k, part.sums);
     }
   }
-  std::string verdict() override { return whole_verdict(parts_, stored_, name_); }
+  std::string verdict() override { return ""; }
+  std::vector<std::uint32_t> digests() override {
+    TileDigests total(windows_->grid());
+    add_parts(total, parts_.begin(), parts_.end());
+    return total.digests();
+  }
+
+ protected:
+  const std::vector<SumsPart>& parts() const { return parts_; }
 
  private:
   std::shared_ptr<const TensorWindows> windows_;
-  std::vector<std::uint32_t> stored_;
-  std::string name_;
-  std::shared_ptr<const void> owner_;  // keeps the tensor the windows were read into
+  std::shared_ptr<const void> owner_;  // keeps the tensor the windows lie in
   std::vector<SumsPart> parts_;
   std::atomic<std::size_t> next_{0};
+};
+
+// The check of a whole tensor already read, deferred to the helper (Note [Paired reads]).
+class WindowsCheck : public WindowSums {
+ public:
+  WindowsCheck(std::shared_ptr<const TensorWindows> windows, std::vector<std::uint32_t> stored,
+               std::string name, std::shared_ptr<const void> owner)
+      : WindowSums(std::move(windows), std::move(owner)),
+        stored_(std::move(stored)),
+        name_(std::move(name)) {}
+
+  std::string verdict() override { return whole_verdict(parts(), stored_, name_); }
+
+ private:
+  std::vector<std::uint32_t> stored_;
+  std::string name_;
 };
 
 // From the disk: one pread of the whole tensor, as a load without checksums reads it (the
@@ -598,7 +617,7 @@ class WindowsCheck : public SharedCheck {
 // verdict then comes from helper.finish()), else on both threads now.
 std::string read_then_check(std::shared_ptr<const TensorWindows> windows,
                             const std::vector<std::uint32_t>& stored, const std::string& name,
-                            ReadHelper& helper, std::shared_ptr<const void> owner) {
+                            TransferHelper& helper, std::shared_ptr<const void> owner) {
   if (std::string error = windows->read(0, windows->count()); !error.empty())
     return unreadable(name, error);
   if (!owner) return paired(*windows, false, stored, name, helper);
@@ -624,16 +643,35 @@ bool in_page_cache(int fd, std::uint64_t offset, std::uint64_t bytes) {
 
 }  // namespace
 
+bool helper_takes_whole(const TileGrid& grid, const TransferHelper* helper) {
+  return helper && helper->active() && grid.lines() * grid.row_bytes() >= 2 * kPairedWindowBytes;
+}
+
+std::shared_ptr<HelperSums> write_while_helper_sums(int fd, haddr_t offset, const TileGrid& grid,
+                                                    const void* data, const std::string& name,
+                                                    TransferHelper& helper,
+                                                    std::shared_ptr<const void> owner) {
+  char* tensor = const_cast<char*>(static_cast<const char*>(data));  // iovec is not const
+  auto windows = std::make_shared<const TensorWindows>(fd, offset, grid, tensor,
+                                                       make_walk(grid, -1, {}, false));
+  auto sums = std::make_shared<WindowSums>(windows, std::move(owner));
+  helper.defer(sums);  // first, so the helper sums while this thread writes
+  // One pwrite of the whole tensor, as a save without checksums writes it.
+  std::vector<iovec> iov{{tensor, std::size_t(grid.lines() * grid.row_bytes())}};
+  if (std::string error = transfer_fully(fd, offset, iov, true); !error.empty())
+    throw Error("cannot write tensor '" + name + "': " + error);
+  return sums;
+}
+
 std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<std::uint32_t>& stored, void* out, int dim,
                               const std::vector<ShardRun>& runs, const std::string& name,
-                              ReadMethod method, ReadHelper* helper,
+                              ReadMethod method, TransferHelper* helper,
                               std::shared_ptr<const void> owner) {
   Walk walk = out ? make_walk(grid, dim, runs, true) : make_walk(grid, -1, {}, false);
   char* const tensor = static_cast<char*>(out);
   const std::uint64_t total = grid.lines() * grid.row_bytes();
-  if (method != ReadMethod::windows && tensor && walk.dim < 0 && helper && helper->active() &&
-      total >= 2 * kPairedWindowBytes) {
+  if (method != ReadMethod::windows && tensor && walk.dim < 0 && helper_takes_whole(grid, helper)) {
     // Judged by its last 1 MiB: the first pages of a tensor not in the page cache may be there
     // (read ahead behind HDF5's reads of the metadata before it), its last ones not.
     const std::uint64_t tail = std::min<std::uint64_t>(total, kResidentTailBytes);

@@ -13,11 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/transfer_helper.h"
 #include "megatron/nn/parameter.h"
 
 namespace megatron::checkpoint::detail {
-
-class ReadHelper;
 
 // Note [Tile digests]
 //   A tensor is one contiguous, row-major dataset, so a save writes and a whole-tensor load reads
@@ -40,7 +39,7 @@ class ReadHelper;
 // Note [Paired reads]
 //   Where two compute threads are allowed (the node's cores split among its ranks) and a whole
 //   tensor spans two windows of 512 KiB or more, the loading thread and the load's helper thread
-//   (ReadHelper, read_helper.h) read it together:
+//   (TransferHelper, transfer_helper.h) read it together:
 //   - From the page cache (its last 1 MiB resident, asked with mincore): each thread takes the
 //     next window in turn, reads it into the tensor with one pread and sums it right after, from
 //     its own core's cache, into sums of its own; the sums are added once both are done. Each
@@ -49,7 +48,7 @@ class ReadHelper;
 //   - From the disk: the loading thread reads the whole tensor with one pread, as a load without
 //     checksums does (the kernel's largest requests; smaller reads, on one thread or two, made
 //     cold loads 7-20% slower), and the helper sums it while the loading thread reads the next
-//     tensors. The load then takes part in what is left (ReadHelper::finish) and throws the
+//     tensors. The load then takes part in what is left (TransferHelper::finish) and throws the
 //     first damage in file order. Callers that cannot keep the tensor alive until then (no
 //     `owner`) sum it on both threads before the read returns.
 //   Page-cache loads took the time of loads without checksums, loads from the disk 3-8% more
@@ -58,11 +57,19 @@ class ReadHelper;
 //   the tensor behind the read (a third pass over memory, or the second core reading lines the
 //   first had just written); one thread copying and summing from a mapping (page faults). With
 //   one thread a tensor is copied from a mapping and summed in one pass (Note [Mapped reads]).
-//   Saves sum each window just before writing it, on one thread: two threads each summing and
-//   writing windows made 512 MiB saves 68% slower (the page cache's writeback throttled two
-//   writers), and a second thread summing beside the writes 50-120% (OpenMP's spinning), while
-//   on one thread they took about the time of saves without checksums. The sums are the same
-//   either way (Fletcher32 is linear).
+//   The loading thread does not wait for a helper still busy with work deferred before: its part
+//   of a paired read is dropped when the loading thread has taken every window by then.
+// Note [Summed beside the writes]
+//   Where the helper runs, a save writes each whole tensor of two windows or more with one pwrite,
+//   as a save without checksums does, while the helper sums the same tensor from memory; the
+//   digests' attribute is created with the dataset (in its header) and filled in once the helper
+//   is done, at the end of the file's tensors. Written to the page cache (tmpfs, no disk), such
+//   saves took 1% longer than saves without checksums, against 25% for one thread summing each
+//   window just before writing it, which remains where one compute thread is allowed and for
+//   smaller tensors (bench/RESULTS.md, "Summed beside the writes"). Tried before and slower: two
+//   threads each summing and writing windows (+68% at 512 MiB: the page cache's writeback
+//   throttled two writers) and a second thread in an OpenMP region per tensor (+50-120%: its
+//   spinning). The sums are the same either way (Fletcher32 is linear).
 inline constexpr const char* kTileShapeAttribute = "fletcher32_tile";
 inline constexpr const char* kTileDigestsAttribute = "fletcher32";
 
@@ -101,6 +108,7 @@ class TileDigests {
   std::uint64_t tile_of(const Run& run) const;
   // Every tile's sums (an all-reduce adds several ranks' and normalize() reduces them again).
   std::vector<TileSums>& sums() { return sums_; }
+  const std::vector<TileSums>& sums() const { return sums_; }
   void normalize();
   std::uint32_t digest(std::uint64_t tile) const;
   std::vector<std::uint32_t> digests() const;
@@ -143,6 +151,27 @@ std::string transfer_fully(int fd, std::uint64_t offset, std::vector<iovec>& iov
 void write_with_digests(int fd, haddr_t offset, TileDigests& sums, const void* data,
                         const std::string& name);
 
+// Whether a whole tensor of `grid` is read or written together with `helper` (Note [Paired
+// reads], Note [Summed beside the writes]): the helper runs and the tensor spans two windows.
+bool helper_takes_whole(const TileGrid& grid, const TransferHelper* helper);
+
+// The tile sums of a whole tensor taken on a TransferHelper (and by the calling thread in its
+// finish()).
+class HelperSums : public SharedWork {
+ public:
+  // The tiles' digests, once TransferHelper::finish() has returned.
+  virtual std::vector<std::uint32_t> digests() = 0;
+};
+
+// Writes a whole tensor (`data`, contiguous, kept alive by `owner` until helper.finish()) into
+// the dataset's bytes at `offset` of the file at `fd` with one pwrite while the helper sums it
+// (Note [Summed beside the writes]); throws megatron::Error naming `name` and why the write
+// failed.
+std::shared_ptr<HelperSums> write_while_helper_sums(int fd, haddr_t offset, const TileGrid& grid,
+                                                    const void* data, const std::string& name,
+                                                    TransferHelper& helper,
+                                                    std::shared_ptr<const void> owner);
+
 // How read_with_digests reads:
 // - automatic: as loads do: a whole tensor on two threads when `helper` runs (Note [Paired
 //   reads]: paired from the page cache, else read then checked), anything else through a mapping
@@ -163,7 +192,7 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                               const std::vector<std::uint32_t>& stored, void* out, int dim,
                               const std::vector<ShardRun>& runs, const std::string& name,
                               ReadMethod method = ReadMethod::automatic,
-                              ReadHelper* helper = nullptr,
+                              TransferHelper* helper = nullptr,
                               std::shared_ptr<const void> owner = nullptr);
 
 }  // namespace megatron::checkpoint::detail

@@ -1,5 +1,5 @@
-// The second thread of a checkpoint load.
-#include "checkpoint/read_helper.h"
+// The second thread of a checkpoint load or save.
+#include "checkpoint/transfer_helper.h"
 
 #include <omp.h>
 #include <unistd.h>
@@ -35,13 +35,13 @@ void spin_until(Ready ready) {
 // A plain thread rather than one of OpenMP's: it sleeps on a condition variable between
 // tensors, where an OpenMP region per tensor left OpenMP's pool spinning after each one (19% of
 // a warm load's samples in perf, bench/RESULTS.md).
-ReadHelper::ReadHelper() {
+TransferHelper::TransferHelper() {
   if (omp_in_parallel() || omp_get_max_threads() < 2) return;
   owner_ = ::getpid();
   helper_ = std::thread([this] { run(); });
 }
 
-ReadHelper::~ReadHelper() {
+TransferHelper::~TransferHelper() {
   if (!helper_.joinable()) return;
   if (::getpid() != owner_) {  // a fork's child: the thread is its parent's
     helper_.detach();
@@ -55,11 +55,11 @@ ReadHelper::~ReadHelper() {
   helper_.join();
 }
 
-bool ReadHelper::active() const {
+bool TransferHelper::active() const {
   return helper_.joinable() && ::getpid() == owner_;
 }
 
-std::uint64_t ReadHelper::queue(std::function<void()> job) {
+std::uint64_t TransferHelper::queue(std::function<void()> job) {
   std::uint64_t ticket = 0;
   {
     std::lock_guard lock(mutex_);
@@ -70,13 +70,20 @@ std::uint64_t ReadHelper::queue(std::function<void()> job) {
   return ticket;
 }
 
-void ReadHelper::run_on_both(const std::function<void(int)>& task) {
+void TransferHelper::run_on_both(const std::function<void(int)>& task) {
   if (!active()) {
     task(0);
     return;
   }
+  // Whoever comes first claims the helper's part: the helper to run it, or this thread, done with
+  // its own part, to drop it (the helper is still on work deferred before, and waiting for it
+  // would leave the disk idle: a cold load's paired reads waited ~2 ms a layer so).
+  enum Claim : int { unclaimed, running, dropped };
+  auto claim = std::make_shared<std::atomic<int>>(unclaimed);
   std::exception_ptr helper;  // written by the helper before done_ reaches the ticket
-  const std::uint64_t ticket = queue([&] {
+  const std::uint64_t ticket = queue([claim, &task, &helper] {
+    int expected = unclaimed;
+    if (!claim->compare_exchange_strong(expected, running)) return;  // the caller went on
     try {
       task(1);
     } catch (...) {
@@ -89,10 +96,11 @@ void ReadHelper::run_on_both(const std::function<void(int)>& task) {
   } catch (...) {
     own = std::current_exception();
   }
-  // The helper's part reads this frame: wait for it however this thread's part ended. It is
-  // usually one window from its end: spun for first (a sleep's wake-up took ~35 us a tensor).
-  spin_until([&] { return done_.load(std::memory_order_acquire) >= ticket; });
-  {
+  int expected = unclaimed;
+  if (!claim->compare_exchange_strong(expected, dropped)) {
+    // The helper's part reads this frame: wait for it however this thread's part ended. It is
+    // usually one window from its end: spun for first (a sleep's wake-up took ~35 us a tensor).
+    spin_until([&] { return done_.load(std::memory_order_acquire) >= ticket; });
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return done_ >= ticket; });
   }
@@ -100,7 +108,7 @@ void ReadHelper::run_on_both(const std::function<void(int)>& task) {
   if (helper) std::rethrow_exception(helper);
 }
 
-void ReadHelper::defer(std::shared_ptr<SharedCheck> check) {
+void TransferHelper::defer(std::shared_ptr<SharedWork> check) {
   if (!active()) {
     check->take_part(0);
   } else {
@@ -110,25 +118,25 @@ void ReadHelper::defer(std::shared_ptr<SharedCheck> check) {
   deferred_.push_back(std::move(check));
 }
 
-std::string ReadHelper::finish() {
+std::string TransferHelper::finish() {
   std::unique_lock lock(mutex_);
-  const std::deque<std::shared_ptr<SharedCheck>> checks = std::exchange(deferred_, {});
+  const std::deque<std::shared_ptr<SharedWork>> checks = std::exchange(deferred_, {});
   lock.unlock();
   // The helper may still be on the first of them; this thread takes what is left of each (the
   // last tensor's sums would otherwise all fall on the helper while the load waits).
   if (active()) {
-    for (const std::shared_ptr<SharedCheck>& check : checks)
+    for (const std::shared_ptr<SharedWork>& check : checks)
       check->take_part(0);
     lock.lock();
     changed_.wait(lock, [&] { return done_ == queued_; });
     lock.unlock();
   }
-  for (const std::shared_ptr<SharedCheck>& check : checks)
+  for (const std::shared_ptr<SharedWork>& check : checks)
     if (std::string damage = check->verdict(); !damage.empty()) return damage;
   return "";
 }
 
-void ReadHelper::run() {
+void TransferHelper::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (jobs_.empty() && !stop_) {
