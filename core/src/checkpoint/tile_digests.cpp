@@ -515,16 +515,18 @@ struct SumsPart {
   std::string error;
 };
 
-// Adds the parts' sums into `total` (Fletcher32 is linear).
-template <typename Parts>
-void add_parts(TileDigests& total, Parts first, Parts last) {
-  for (; first != last; ++first) {
+// The whole tensor's sums from the parts that together summed every window (Fletcher32 is
+// linear).
+TileDigests total_of(const std::vector<SumsPart>& parts) {
+  TileDigests total(parts[0].sums.grid());
+  for (const SumsPart& part : parts) {
     for (std::size_t t = 0; t < total.sums().size(); ++t) {
-      total.sums()[t].a += first->sums.sums()[t].a;
-      total.sums()[t].b += first->sums.sums()[t].b;
+      total.sums()[t].a += part.sums.sums()[t].a;
+      total.sums()[t].b += part.sums.sums()[t].b;
     }
   }
   total.normalize();
+  return total;
 }
 
 // The verdict on a whole tensor from the parts that together summed every window.
@@ -532,8 +534,7 @@ std::string whole_verdict(const std::vector<SumsPart>& parts,
                           const std::vector<std::uint32_t>& stored, const std::string& name) {
   for (const SumsPart& part : parts)
     if (!part.error.empty()) return unreadable(name, part.error);
-  TileDigests total(parts[0].sums.grid());
-  add_parts(total, parts.begin(), parts.end());
+  const TileDigests total = total_of(parts);
   return tile_verdict(total.grid(), total, std::vector<bool>(total.sums().size(), true), stored,
                       name);
 }
@@ -579,11 +580,7 @@ class WindowSums : public HelperSums {
     }
   }
   std::string verdict() override { return ""; }
-  std::vector<std::uint32_t> digests() override {
-    TileDigests total(windows_->grid());
-    add_parts(total, parts_.begin(), parts_.end());
-    return total.digests();
-  }
+  std::vector<std::uint32_t> digests() override { return total_of(parts_).digests(); }
 
  protected:
   const std::vector<SumsPart>& parts() const { return parts_; }
