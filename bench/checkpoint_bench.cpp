@@ -9,6 +9,7 @@
 // Results are recorded in RESULTS.md.
 //   checkpoint_bench --benchmark_min_time=1 [--benchmark_filter=...]   (MEGATRON_BENCH_DIR: where)
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -150,23 +151,37 @@ void evict(const fs::path& file) {
   ::close(fd);
 }
 
+// CPU time of the calling thread alone, in ms (a load's own thread; the helper's is the rest
+// of the process CPU time).
+double thread_cpu_ms() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-3;
+}
+
 void Load(benchmark::State& state, Format format, bool cold) {
   const auto s = gpt_like_state(state.range(0));
   const fs::path dir = bench_dir(std::string(format_dir(format)) + "_load");
   save(format, dir, s);
   const fs::path file = checkpoint::checkpoint_file(dir, s.iteration);
+  double loading_thread_ms = 0;
   for (auto _ : state) {
     if (cold) {
       state.PauseTiming();
       evict(file);
       state.ResumeTiming();
     }
+    const double cpu_before = thread_cpu_ms();
     if (format == Format::hdf5_filter || format == Format::chunked) {
       benchmark::DoNotOptimize(load_through_hdf5(file, s));
     } else {
       benchmark::DoNotOptimize(checkpoint::load_checkpoint(file));
     }
+    loading_thread_ms += thread_cpu_ms() - cpu_before;
   }
+  state.counters["loading_thread_cpu_ms"] =
+      benchmark::Counter(loading_thread_ms / double(state.iterations()));
   state.SetBytesProcessed(state.iterations() * (state.range(0) << 20));
   fs::remove_all(dir);
 }

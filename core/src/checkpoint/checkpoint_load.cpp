@@ -226,8 +226,8 @@ void narrow_into(Tensor& out, const Tensor& target, bool half) {
 // Reads a dataset into a new tensor, checking its checksums (a whole tensor on the helper too,
 // and the check of one read from the disk may still run there: its verdict comes from
 // helper.finish(); Note [Paired reads]).
-Tensor read_tensor(hid_t dataset, const std::string& name, int format_version,
-                   detail::TransferHelper& helper) {
+Tensor read_tensor(std::optional<int> fd, hid_t dataset, const std::string& name,
+                   int format_version, detail::TransferHelper& helper) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   Handle space(H5Dget_space(dataset), H5Sclose);
   if (!type.valid() || !space.valid()) {
@@ -252,8 +252,8 @@ Tensor read_tensor(hid_t dataset, const std::string& name, int format_version,
   Tensor tensor = Tensor::empty(shape, dtype);
   std::optional<std::string> direct;
   if (tensor.numel() > 0 && detail::has_tile_digests(dataset)) {
-    direct = detail::read_tiles(dataset, name, detail::stored_dims(shape), tensor.raw_data(), -1,
-                                {}, &helper, tensor.storage());
+    direct = detail::read_tiles(fd, dataset, name, detail::stored_dims(shape), tensor.raw_data(),
+                                -1, {}, &helper, tensor.storage());
     if (!direct->empty()) throw CheckpointDamagedError(*direct);
   } else if (tensor.numel() > 0 && detail::direct_chunks(dataset, memory_type(dtype))) {
     const std::vector<hsize_t> dims = detail::stored_dims(shape);
@@ -305,8 +305,8 @@ void read_root_attributes(hid_t root, const std::string& where, CheckpointState&
 
 // Reads every dataset not skipped, whole tensors on two threads (Note [Paired reads]); the
 // first damage in file order is thrown, once the checks left to the helper are done.
-void read_tensors(hid_t root, const std::string& where, const std::vector<std::string>& skip,
-                  CheckpointState& state) {
+void read_tensors(std::optional<int> fd, hid_t root, const std::string& where,
+                  const std::vector<std::string>& skip, CheckpointState& state) {
   detail::TransferHelper helper;
   std::vector<std::string> links;
   if (H5Lvisit(root, H5_INDEX_NAME, H5_ITER_INC, collect_link, &links) < 0) {
@@ -320,7 +320,8 @@ void read_tensors(hid_t root, const std::string& where, const std::vector<std::s
     }
     if (H5Iget_type(object.get()) != H5I_DATASET) continue;
     try {
-      state.tensors.emplace(name, read_tensor(object.get(), name, state.format_version, helper));
+      state.tensors.emplace(name,
+                            read_tensor(fd, object.get(), name, state.format_version, helper));
     } catch (const CheckpointDamagedError&) {
       // The damage of a tensor read before, found by a check left to the helper, comes first.
       if (const std::string earlier = helper.finish(); !earlier.empty())
@@ -340,6 +341,7 @@ struct OpenedCheckpoint {
   fs::path file;
   Handle hdf5_file;
   Handle root;
+  std::optional<int> fd;  // detail::file_descriptor(): the file's, for the tensors' checks
   CheckpointState state;
 };
 
@@ -367,6 +369,7 @@ OpenedCheckpoint open_checked(const fs::path& path) {
   if (!o.root.valid()) {
     throw Error(where + "the file is corrupt: cannot open its root group" + hdf5_reason());
   }
+  o.fd = detail::file_descriptor(o.root.get());
   CheckpointState& state = o.state;
   try {
     const std::optional<std::int64_t> version =
@@ -402,7 +405,7 @@ CheckpointState load_checkpoint(const fs::path& path,
   OpenedCheckpoint o = open_checked(path);
   const std::string where = o.file.string() + ": ";
   try {
-    read_tensors(o.root.get(), where, skip_prefixes, o.state);
+    read_tensors(o.fd, o.root.get(), where, skip_prefixes, o.state);
   } catch (const CheckpointDamagedError& e) {
     throw CheckpointDamagedError("checkpoint " + where + e.what());
   } catch (const Error&) {
@@ -416,6 +419,7 @@ CheckpointState load_checkpoint(const fs::path& path,
 struct CheckpointReader::Impl {
   Handle hdf5_file;
   Handle root;
+  std::optional<int> fd;
   detail::TransferHelper helper;  // reads whole tensors with the calling thread (checks never left)
 };
 
@@ -426,6 +430,7 @@ CheckpointReader::CheckpointReader(const fs::path& path) : impl_(std::make_uniqu
   attributes_ = std::move(o.state);
   impl_->hdf5_file = std::move(o.hdf5_file);
   impl_->root = std::move(o.root);
+  impl_->fd = o.fd;
   std::vector<std::string> links;
   if (H5Lvisit(impl_->root.get(), H5_INDEX_NAME, H5_ITER_INC, collect_link, &links) < 0) {
     throw Error(file_.string() + ": the file is corrupt: cannot list its datasets" + hdf5_reason());
@@ -469,12 +474,13 @@ namespace {
 
 // Reads the whole tensor or the runs' rows of a dataset of `global` shape into `raw` (of `local`
 // shape and the stored dtype), checking the checksums it carries.
-void read_stored(const fs::path& path, hid_t dataset, hid_t file_space, const std::string& name,
-                 const Shape& global, const Shape& local, int partition_dim,
-                 const std::vector<ShardRun>& runs, Tensor& raw, detail::TransferHelper& helper) {
+void read_stored(const fs::path& path, std::optional<int> fd, hid_t dataset, hid_t file_space,
+                 const std::string& name, const Shape& global, const Shape& local,
+                 int partition_dim, const std::vector<ShardRun>& runs, Tensor& raw,
+                 detail::TransferHelper& helper) {
   const std::string file = "checkpoint " + path.string() + ": ";
   if (detail::has_tile_digests(dataset)) {
-    const std::string damage = detail::read_tiles(dataset, name, detail::stored_dims(global),
+    const std::string damage = detail::read_tiles(fd, dataset, name, detail::stored_dims(global),
                                                   raw.raw_data(), partition_dim, runs, &helper);
     if (!damage.empty()) throw CheckpointDamagedError(file + damage);
     return;
@@ -566,8 +572,8 @@ void CheckpointReader::read_slice(const std::string& name, int partition_dim,
   Handle type(H5Dget_type(dataset.get()), H5Tclose);
   const DType stored = stored_dtype(type.get(), name);
   Tensor raw = stored == target.dtype() ? target : Tensor::empty(local, stored);
-  read_stored(file_, dataset.get(), file_space.get(), name, global, local, partition_dim, runs, raw,
-              impl_->helper);
+  read_stored(file_, impl_->fd, dataset.get(), file_space.get(), name, global, local, partition_dim,
+              runs, raw, impl_->helper);
   if (stored != target.dtype()) {
     const Tensor converted = raw.to(target.dtype());
     std::memcpy(target.raw_data(), converted.raw_data(), target.nbytes());

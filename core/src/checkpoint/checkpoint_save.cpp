@@ -36,9 +36,10 @@ struct PendingDigests {
 };
 
 // Creates and writes one tensor's dataset; a whole tensor summed on the helper (Note [Summed
-// beside the writes]) is added to `pending`.
-void write_tensor(hid_t file, hid_t link_properties, const std::string& name, const Tensor& tensor,
-                  detail::TransferHelper& helper, std::vector<PendingDigests>& pending) {
+// beside the writes]) is added to `pending`. `fd`: detail::file_descriptor(file).
+void write_tensor(hid_t file, std::optional<int> fd, hid_t link_properties, const std::string& name,
+                  const Tensor& tensor, detail::TransferHelper& helper,
+                  std::vector<PendingDigests>& pending) {
   const Tensor data = stored_form(tensor);
   const StoredTypes types = stored_types(tensor.dtype());
 
@@ -63,7 +64,6 @@ void write_tensor(hid_t file, hid_t link_properties, const std::string& name, co
   const std::size_t element_bytes = H5Tget_size(types.file);
   if (data.numel() > 0 && detail::uses_tile_digests(element_bytes)) {
     // Note [Tile digests]: the data written straight into the file.
-    const std::optional<int> fd = detail::file_descriptor(dataset.get());
     const haddr_t offset = H5Dget_offset(dataset.get());
     if (!fd || offset == HADDR_UNDEF)
       throw Error("cannot find where dataset '" + name + "' is stored" + hdf5_reason());
@@ -96,10 +96,11 @@ void write_contents(hid_t file, const CheckpointState& state) {
       H5Pset_char_encoding(link_properties.get(), H5T_CSET_UTF8) < 0) {
     throw Error("cannot set up link properties" + hdf5_reason());
   }
+  const std::optional<int> fd = detail::file_descriptor(file);
   detail::TransferHelper helper;
   std::vector<PendingDigests> pending;
   for (const auto& [name, tensor] : state.tensors)
-    write_tensor(file, link_properties.get(), name, tensor, helper, pending);
+    write_tensor(file, fd, link_properties.get(), name, tensor, helper, pending);
   helper.finish();  // the sums have no verdict: "" always
   for (PendingDigests& p : pending)
     detail::rewrite_tile_digests(p.dataset.get(), p.sums->digests());

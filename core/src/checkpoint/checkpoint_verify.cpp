@@ -21,8 +21,8 @@ using detail::Handle;
 constexpr std::size_t kPieceBytes = std::size_t(64) << 20;
 
 // Reads the dataset in pieces; the damage message on the first failed read, empty when intact.
-std::string read_all(hid_t dataset, const std::string& name, int format_version,
-                     std::int64_t& bytes) {
+std::string read_all(std::optional<int> fd, hid_t dataset, const std::string& name,
+                     int format_version, std::int64_t& bytes) {
   if (std::string damage = detail::size_damage(dataset, name); !damage.empty()) return damage;
   if (std::string damage = detail::missing_checksums(dataset, name, format_version);
       !damage.empty()) {
@@ -41,7 +41,7 @@ std::string read_all(hid_t dataset, const std::string& name, int format_version,
     row_bytes *= dims[d];
   if (dims[0] == 0 || row_bytes == 0) return "";
   if (detail::has_tile_digests(dataset)) {
-    std::string damage = detail::read_tiles(dataset, name, dims, nullptr);
+    std::string damage = detail::read_tiles(fd, dataset, name, dims, nullptr);
     if (damage.empty()) bytes += static_cast<std::int64_t>(dims[0] * row_bytes);
     return damage;
   }
@@ -93,6 +93,7 @@ VerifyReport verify_checkpoint(const std::filesystem::path& path) {
   if (!file.valid()) {
     throw Error(report.file.string() + ": cannot open the checkpoint" + detail::hdf5_reason());
   }
+  const std::optional<int> fd = detail::file_descriptor(file.get());
   for (const std::string& name : reader.names()) {
     ++report.tensors;
     Handle dataset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
@@ -102,7 +103,7 @@ VerifyReport verify_checkpoint(const std::filesystem::path& path) {
     }
     const std::int64_t before = report.bytes;
     std::string damage =
-        read_all(dataset.get(), name, reader.attributes().format_version, report.bytes);
+        read_all(fd, dataset.get(), name, reader.attributes().format_version, report.bytes);
     // A tensor without elements has nothing to check.
     if (report.bytes > before && !detail::has_checksum(dataset.get()))
       report.unchecked.push_back(name);

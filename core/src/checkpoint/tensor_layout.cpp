@@ -192,9 +192,10 @@ ReadMethod whole_read_method() {
 
 }  // namespace
 
-std::string read_tiles(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
-                       void* out, int partition_dim, const std::vector<ShardRun>& runs,
-                       TransferHelper* helper, std::shared_ptr<const void> owner) {
+std::string read_tiles(std::optional<int> fd, hid_t dataset, const std::string& name,
+                       const std::vector<hsize_t>& dims, void* out, int partition_dim,
+                       const std::vector<ShardRun>& runs, TransferHelper* helper,
+                       std::shared_ptr<const void> owner) {
   Handle type(H5Dget_type(dataset), H5Tclose);
   const std::size_t element_bytes = type.valid() ? H5Tget_size(type.get()) : 0;
   // The bytes are read as they lie: little-endian, as every tensor is stored.
@@ -208,14 +209,13 @@ std::string read_tiles(hid_t dataset, const std::string& name, const std::vector
       !damage.empty()) {
     return damage;
   }
-  const std::optional<int> fd = file_descriptor(dataset);
   if (!fd) throw Error("tensor '" + name + "': cannot check it (the file is not open with sec2)");
   return read_with_digests(*fd, tiles.offset, tiles.grid, tiles.digests, out, partition_dim, runs,
                            name, whole_read_method(), helper, std::move(owner));
 }
 
-std::optional<int> file_descriptor(hid_t dataset) {
-  Handle file(H5Iget_file_id(dataset), H5Fclose);
+std::optional<int> file_descriptor(hid_t object) {
+  Handle file(H5Iget_file_id(object), H5Fclose);
   Handle fapl(file.valid() ? H5Fget_access_plist(file.get()) : H5I_INVALID_HID, H5Pclose);
   void* handle = nullptr;
   if (!fapl.valid() || H5Pget_driver(fapl.get()) != H5FD_SEC2 ||

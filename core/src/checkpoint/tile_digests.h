@@ -40,11 +40,11 @@ namespace megatron::checkpoint::detail {
 //   Where two compute threads are allowed (the node's cores split among its ranks) and a whole
 //   tensor spans two windows of 512 KiB or more, the loading thread and the load's helper thread
 //   (TransferHelper, transfer_helper.h) read it together:
-//   - From the page cache (its last 1 MiB resident, asked with mincore): each thread takes the
-//     next window in turn, reads it into the tensor with one pread and sums it right after, from
-//     its own core's cache, into sums of its own; the sums are added once both are done. Each
-//     byte crosses memory as often as in a load without checksums (the kernel's copy), and each
-//     core's sums overlap the other core's copy.
+//   - From the page cache (its last 64 KiB read into it, asked with mincore: ResidencyProbe in
+//     page_cache.h): each thread takes the next window in turn, reads it into the tensor with one
+//     pread and sums it right after, from its own core's cache, into sums of its own; the sums
+//     are added once both are done. Each byte crosses memory as often as in a load without
+//     checksums (the kernel's copy), and each core's sums overlap the other core's copy.
 //   - From the disk: the loading thread reads the whole tensor with one pread, as a load without
 //     checksums does (the kernel's largest requests; smaller reads, on one thread or two, made
 //     cold loads 7-20% slower), and the helper sums it while the loading thread reads the next

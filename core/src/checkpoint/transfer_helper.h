@@ -1,6 +1,7 @@
 // A second thread for one checkpoint load or save: it reads and checks whole tensors together
 // with the loading thread (Note [Paired reads] in tile_digests.h) and sums the tensors a save
-// writes while the saving thread writes them (Note [Summed beside the writes]).
+// writes while the saving thread writes them (Note [Summed beside the writes]). A load also asks
+// it which tensors are in the page cache, which decides how the two threads read them.
 #pragma once
 
 #include <sys/types.h>
@@ -14,6 +15,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include "checkpoint/page_cache.h"
 
 namespace megatron::checkpoint::detail {
 
@@ -54,6 +57,10 @@ class TransferHelper {
   // Takes part in the deferred work not done yet and waits for it: the first damage among the
   // verdicts in the order the work was deferred, or "".
   std::string finish();
+  // ResidencyProbe::in_page_cache, on a probe kept for the load (the loading thread's only).
+  bool in_page_cache(int fd, std::uint64_t offset, std::uint64_t bytes) {
+    return residency_.in_page_cache(fd, offset, bytes);
+  }
 
  private:
   void run();
@@ -68,6 +75,7 @@ class TransferHelper {
   std::deque<std::shared_ptr<SharedWork>> deferred_;  // since the last finish(), in order
   bool stop_ = false;
   pid_t owner_ = 0;
+  ResidencyProbe residency_;
   std::thread helper_;
 };
 
