@@ -14,8 +14,10 @@ namespace megatron::checkpoint::detail {
 //   or runs past the collection (fuzz/fuzz_checkpoint found it: minutes inside H5HG_read), so
 //   before such a read every collection in the file is walked here the way HDF5 walks it and
 //   refused if that walk would not end at the collection's end. Collections are found by their
-//   header ("GCOL", version 1, three zero bytes), which raw tensor bytes match with a
-//   probability of 2^-64 per offset. The file is scanned once per size and modification time.
+//   signature and version ("GCOL", 1: HDF5 does not read the three reserved bytes after them),
+//   which raw tensor bytes match with a probability of 2^-40 per offset; such a match counts as
+//   a collection only with zero reserved bytes (2^-64) or a size that fits the file. The file is
+//   scanned once per size and modification time.
 
 // Why the global heap collections of `file` are damaged (naming the offset), or "" when every
 // collection decodes (or there is none). Not thread-safe: callers hold the HDF5 lock.

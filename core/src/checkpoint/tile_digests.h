@@ -51,8 +51,8 @@ namespace megatron::checkpoint::detail {
 //     tensors. The load then takes part in what is left (TransferHelper::finish) and throws the
 //     first damage in file order. Callers that cannot keep the tensor alive until then (no
 //     `owner`) sum it on both threads before the read returns.
-//   Page-cache loads took -1% to +12% more than loads without checksums, loads from the disk 5% on
-//   average (bench/RESULTS.md, "Paired reads", "A quiet loading thread"). What was tried before,
+//   Page-cache loads took -1% to +12% more than loads without checksums, loads from the disk about
+//   5% (bench/RESULTS.md, "Paired reads", "A quiet loading thread"). What was tried before,
 //   all slower (+5-30%): one thread reading while the other summed the same bytes, from the page
 //   cache through a mapping or from the tensor behind the read (a third pass over memory, or the
 //   second core reading lines the first had just written); one thread copying and summing from a
