@@ -203,12 +203,12 @@ TEST(TileDigests, SavesStoreContiguousCheckedDataThatSlicesReadAtAnyCut) {
 
 // Stored digests of dataset `name`, and where its data starts.
 detail::StoredTiles stored_tiles(const std::filesystem::path& file, const std::string& name,
-                                 const std::vector<hsize_t>& dims) {
+                                 const std::vector<hsize_t>& dims, std::size_t element_bytes = 4) {
   detail::Hdf5Lock lock;
   const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
   detail::StoredTiles tiles;
-  EXPECT_EQ(detail::read_tile_attributes(d, name, dims, 4, tiles), "");
+  EXPECT_EQ(detail::read_tile_attributes(d, name, dims, element_bytes, tiles), "");
   H5Dclose(d);
   H5Fclose(f);
   return tiles;
@@ -586,8 +586,9 @@ TEST(TileDigests, AFileCutShortCannotBeReadBack) {
 
 // Flips one byte of dataset `name`'s data, `at` bytes into it.
 void flip_data_byte(const std::filesystem::path& file, const std::string& name,
-                    const std::vector<hsize_t>& dims, std::uint64_t at) {
-  const detail::StoredTiles tiles = stored_tiles(file, name, dims);
+                    const std::vector<hsize_t>& dims, std::uint64_t at,
+                    std::size_t element_bytes = 4) {
+  const detail::StoredTiles tiles = stored_tiles(file, name, dims, element_bytes);
   const int fd = ::open(file.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   char byte = 0;
@@ -638,6 +639,71 @@ TEST(TileDigests, ALoadOfManyTensorsNamesTheFirstDamagedOne) {
   expect_load("t6");
   flip_data_byte(file, "t2", {300, 1000}, 1000);
   expect_load("t2");
+}
+
+// Note [Paired reads]: a whole tensor's windows, computed from its shape, cover every byte once
+// whatever the shape (1-D, 3-D, 8-byte elements, lines merged into runs or cut into tile
+// columns, tile rows that end inside a window): a save on two threads stores the digests summed
+// tile by tile from the gathered bytes, and every way of reading it whole reads it back and
+// finds a changed byte anywhere in it.
+TEST(TileDigests, WholeTensorsOfAnyShapeAreSummedAndCheckedInWindows) {
+  struct Shaped {
+    const char* name;
+    Tensor tensor;
+    std::uint64_t damage_at;  // a byte inside it, away from both ends
+  };
+  std::vector<double> wide(130 * 5000);
+  for (std::size_t i = 0; i < wide.size(); ++i)
+    wide[i] = double((i * 2654435761u) % 100003) * 0.01 - 500.0;
+  std::vector<Shaped> shaped;
+  shaped.push_back({"flat", Tensor::from(values(700000), {700000}), 1234567});
+  shaped.push_back({"cube", Tensor::from(values(2 * 2049 * 600), {2, 2049, 600}), 6000001});
+  shaped.push_back(
+      {"tall", Tensor::from(std::vector<double>(wide.begin(), wide.end()), {5000, 130}), 3333333});
+  shaped.push_back({"wide", Tensor::from(wide, {130, 5000}), 2500003});
+  CheckpointState s;
+  s.iteration = 1;
+  for (const Shaped& t : shaped)
+    s.tensors[t.name] = t.tensor;
+  TempDir dir;
+  const int previous = compute_threads();
+  set_compute_threads(2);
+  const auto file = save_checkpoint(dir.path(), s);
+  for (const Shaped& t : shaped) {
+    const std::vector<hsize_t> dims(t.tensor.shape().begin(), t.tensor.shape().end());
+    const detail::StoredTiles tiles = stored_tiles(file, t.name, dims, t.tensor.element_size());
+    EXPECT_EQ(tiles.digests,
+              gathered_digests(tiles.grid, static_cast<const char*>(t.tensor.raw_data())))
+        << t.name;
+  }
+  const auto expect_load = [&](const std::string& damaged) {
+    for (const int threads : {1, 2}) {
+      set_compute_threads(threads);
+      for (const char* method : {"", "paired", "read_then_check"}) {
+        if (*method) setenv("MEGATRON_TEST_WHOLE_READS", method, 1);
+        SCOPED_TRACE(::testing::Message() << threads << " threads, method '" << method << "'");
+        if (damaged.empty()) {
+          const CheckpointState loaded = load_checkpoint(file);
+          for (const auto& [name, tensor] : s.tensors)
+            EXPECT_TRUE(bitwise_equal(loaded.tensors.at(name), tensor)) << name;
+        } else {
+          EXPECT_ERROR_MENTIONING(load_checkpoint(file), "tensor '" + damaged + "' is damaged",
+                                  "fails the checksum");
+        }
+        unsetenv("MEGATRON_TEST_WHOLE_READS");
+      }
+    }
+  };
+  expect_load("");
+  // Damaged one at a time, each restored before the next (loads name the first in file order).
+  for (const Shaped& t : shaped) {
+    const std::vector<hsize_t> dims(t.tensor.shape().begin(), t.tensor.shape().end());
+    flip_data_byte(file, t.name, dims, t.damage_at, t.tensor.element_size());
+    expect_load(t.name);
+    flip_data_byte(file, t.name, dims, t.damage_at, t.tensor.element_size());
+  }
+  expect_load("");
+  set_compute_threads(previous);
 }
 
 // A page of a mapping that cannot be read (here: the file was cut short after it was mapped)
