@@ -167,6 +167,48 @@ TEST(Fletcher32, CopyingPiecesCopiesThemAndGivesTheValueOfTheWhole) {
   }
 }
 
+// A tile's rows inside a tensor (pieces at a stride) sum as their concatenation, with or without
+// a copy to rows at another stride, for rows of whole 64-byte steps (summed on across the rows'
+// ends, blocks cut inside rows) or not, after a piece of odd length or not.
+TEST(Fletcher32, RowsAtAStrideGiveTheValueOfTheirConcatenation) {
+  std::mt19937 random(13);
+  for (const std::size_t row_bytes : {std::size_t(64), std::size_t(640), std::size_t(1808),
+                                      std::size_t(4096), std::size_t(23040 + 64)}) {
+    for (const std::size_t rows :
+         {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(90)}) {
+      for (const std::size_t lead : {std::size_t(0), std::size_t(3), std::size_t(64)}) {
+        const std::size_t stride = row_bytes + 2 * (random() % 300);
+        std::vector<unsigned char> tensor(lead + rows * stride);
+        for (unsigned char& b : tensor)
+          b = static_cast<unsigned char>(random());
+        std::vector<unsigned char> whole(tensor.begin(), tensor.begin() + std::ptrdiff_t(lead));
+        for (std::size_t r = 0; r < rows; ++r) {
+          const auto row = tensor.begin() + std::ptrdiff_t(lead + r * stride);
+          whole.insert(whole.end(), row, row + std::ptrdiff_t(row_bytes));
+        }
+        const std::size_t to_stride = row_bytes + 6;
+        std::vector<unsigned char> copy(rows * to_stride, 0xAB);
+        for (const bool copying : {false, true}) {
+          detail::Fletcher32 sum;
+          sum.add(tensor.data(), lead);  // 3: a byte left pending
+          sum.add_rows(tensor.data() + lead, row_bytes, stride, rows,
+                       copying ? copy.data() : nullptr, to_stride);
+          const auto where = ::testing::Message() << row_bytes << " x " << rows << ", lead " << lead
+                                                  << (copying ? ", copying" : "");
+          EXPECT_EQ(sum.value(), detail::fletcher32(whole.data(), whole.size())) << where;
+        }
+        for (std::size_t r = 0; r < rows; ++r) {
+          EXPECT_TRUE(std::equal(whole.begin() + std::ptrdiff_t(lead + r * row_bytes),
+                                 whole.begin() + std::ptrdiff_t(lead + (r + 1) * row_bytes),
+                                 copy.begin() + std::ptrdiff_t(r * to_stride)))
+              << row_bytes << " x " << rows << ", row " << r;
+          EXPECT_EQ(copy[r * to_stride + row_bytes], 0xAB);
+        }
+      }
+    }
+  }
+}
+
 TEST(Fletcher32, AcceptsTheByteSwappedValueOldHdf5Wrote) {
   EXPECT_TRUE(detail::fletcher32_accepts(0x12345678u, 0x12345678u));
   EXPECT_TRUE(detail::fletcher32_accepts(0x34127856u, 0x12345678u));

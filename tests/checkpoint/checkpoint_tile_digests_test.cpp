@@ -658,6 +658,8 @@ TEST(TileDigests, WholeTensorsOfAnyShapeAreSummedAndCheckedInWindows) {
   std::vector<Shaped> shaped;
   shaped.push_back({"flat", Tensor::from(values(700000), {700000}), 1234567});
   shaped.push_back({"cube", Tensor::from(values(2 * 2049 * 600), {2, 2049, 600}), 6000001});
+  // Tiles of [1, 349, 750]: a tile's lines end inside a window of 174 lines.
+  shaped.push_back({"slab", Tensor::from(values(2 * 1500 * 750), {2, 1500, 750}), 5000001});
   shaped.push_back(
       {"tall", Tensor::from(std::vector<double>(wide.begin(), wide.end()), {5000, 130}), 3333333});
   shaped.push_back({"wide", Tensor::from(wide, {130, 5000}), 2500003});

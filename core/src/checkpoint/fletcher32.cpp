@@ -32,13 +32,12 @@ constexpr std::size_t kLanes = 32;
 constexpr std::size_t kMaxSteps = 360;
 constexpr std::uint64_t kModulus = 65535;
 
-struct LaneSums {
-  std::uint32_t s1[kLanes];
-  std::uint32_t s2[kLanes];
-};
+using LaneSums = Fletcher32Lanes;
+static_assert(sizeof(LaneSums::s1) == kLanes * sizeof(std::uint32_t));
 
-// Over `steps` steps of kLanes consecutive words from `p`: lane j's s1 = sum over steps t of
-// v[t * kLanes + j], s2 = sum of (steps - t) * v[t * kLanes + j], where v is each word read
+// Adds `steps` steps of kLanes consecutive words from `p` to the lanes: lane j's s1 += sum over
+// steps t of v[t * kLanes + j], and each step adds the running s1 to s2 (so a block's s2 = sum of
+// (steps - t) * v[t * kLanes + j] when the lanes start at 0), where v is each word read
 // little-endian: HDF5's big-endian word w = 256 b0 + b1 and v = b0 + 256 b1 give 256 v = w
 // modulo 65535, so the caller scales the sums by 256 instead of the loop swapping bytes. Words
 // are taken in pairs from 32-bit loads (the low and high halves: even and odd lanes), which
@@ -46,10 +45,16 @@ struct LaneSums {
 // `to` in the same pass (a save gathers a chunk's rows while it sums them).
 template <bool kCopy>
 [[gnu::always_inline]] inline void lane_steps(const unsigned char* p, unsigned char* to,
-                                              std::size_t steps, LaneSums& out) {
+                                              std::size_t steps, LaneSums& lanes) {
   static_assert(std::endian::native == std::endian::little, "the pairs assume little-endian");
   constexpr std::size_t kPairs = kLanes / 2;
-  std::uint32_t even1[kPairs] = {}, odd1[kPairs] = {}, even2[kPairs] = {}, odd2[kPairs] = {};
+  std::uint32_t even1[kPairs], odd1[kPairs], even2[kPairs], odd2[kPairs];
+  for (std::size_t k = 0; k < kPairs; ++k) {
+    even1[k] = lanes.s1[2 * k];
+    odd1[k] = lanes.s1[2 * k + 1];
+    even2[k] = lanes.s2[2 * k];
+    odd2[k] = lanes.s2[2 * k + 1];
+  }
   for (std::size_t t = 0; t < steps; ++t) {
     const unsigned char* q = p + t * 2 * kLanes;
     if constexpr (kCopy) std::memcpy(to + t * 2 * kLanes, q, 2 * kLanes);
@@ -63,20 +68,36 @@ template <bool kCopy>
     }
   }
   for (std::size_t k = 0; k < kPairs; ++k) {
-    out.s1[2 * k] = even1[k];
-    out.s1[2 * k + 1] = odd1[k];
-    out.s2[2 * k] = even2[k];
-    out.s2[2 * k + 1] = odd2[k];
+    lanes.s1[2 * k] = even1[k];
+    lanes.s1[2 * k + 1] = odd1[k];
+    lanes.s2[2 * k] = even2[k];
+    lanes.s2[2 * k + 1] = odd2[k];
   }
 }
 
 MEGATRON_FLETCHER_CLONES
-void lane_sums(const unsigned char* p, unsigned char* to, std::size_t steps, LaneSums& out) {
+void lane_sums(const unsigned char* p, unsigned char* to, std::size_t steps, LaneSums& lanes) {
   if (to) {
-    lane_steps<true>(p, to, steps, out);
+    lane_steps<true>(p, to, steps, lanes);
   } else {
-    lane_steps<false>(p, nullptr, steps, out);
+    lane_steps<false>(p, nullptr, steps, lanes);
   }
+}
+
+// A block's own sums from its lanes: s1 = sum of its words, s2 = sum of (m - i) * w_i for its
+// m words (0-based i), where word t * kLanes + j has weight kLanes * (steps - t) - j; s2 is
+// scaled by 256 (the lanes summed the words read little-endian: lane_steps), s1 is not yet.
+struct Block {
+  std::uint64_t s1, s2, words;
+};
+Block block_of(const LaneSums& lanes, std::size_t steps) {
+  std::uint64_t block1 = 0, lane2 = 0, lane_index = 0;
+  for (std::size_t j = 0; j < kLanes; ++j) {
+    block1 += lanes.s1[j];
+    lane2 += lanes.s2[j];
+    lane_index += j * std::uint64_t(lanes.s1[j]);
+  }
+  return {block1, (kLanes * lane2 - lane_index) % kModulus * 256, steps * kLanes};
 }
 
 }  // namespace
@@ -104,32 +125,71 @@ void Fletcher32::add_bytes(const unsigned char* p, unsigned char* to, std::size_
     --bytes;
   }
   std::size_t words = bytes / 2;
-  LaneSums lanes;
   while (words >= kLanes) {
     const std::size_t steps = std::min(kMaxSteps, words / kLanes);
+    LaneSums lanes{};
     lane_sums(p, to, steps, lanes);
-    // The block's own sums: s1 = sum of its words, s2 = sum of (m - i) * w_i for its m words
-    // (0-based i), where word t * kLanes + j has weight kLanes * (steps - t) - j.
-    std::uint64_t block1 = 0, lane2 = 0, lane_index = 0;
-    for (std::size_t j = 0; j < kLanes; ++j) {
-      block1 += lanes.s1[j];
-      lane2 += lanes.s2[j];
-      lane_index += j * std::uint64_t(lanes.s1[j]);
-    }
-    // Scaled by 256: the lanes summed the words read little-endian (lane_steps).
-    const std::uint64_t block2 = (kLanes * lane2 - lane_index) % kModulus * 256;
-    const std::uint64_t m = steps * kLanes;
-    nonzero_ = nonzero_ || block1 != 0;
-    b_ = (b_ + (m % kModulus) * a_ + block2) % kModulus;
-    a_ = (a_ + block1 % kModulus * 256) % kModulus;
-    p += 2 * m;
-    if (to) to += 2 * m;
-    words -= m;
+    const Block block = block_of(lanes, steps);
+    add_block(block.s1, block.s2, block.words);
+    p += 2 * steps * kLanes;
+    if (to) to += 2 * steps * kLanes;
+    words -= steps * kLanes;
   }
   if (to) std::memcpy(to, p, 2 * words + bytes % 2);
   for (; words > 0; --words, p += 2)
     add_word((std::uint64_t(p[0]) << 8) | p[1]);
   if (bytes % 2) pending_ = p[0];
+}
+
+void Fletcher32::add_rows(const void* from, std::size_t row_bytes, std::size_t stride,
+                          std::size_t rows, void* to, std::size_t to_stride) {
+  const auto* p = static_cast<const unsigned char*>(from);
+  auto* q = static_cast<unsigned char*>(to);
+  if (!Fletcher32Steps::fits(row_bytes) || pending_ >= 0) {
+    for (std::size_t r = 0; r < rows; ++r)
+      add_bytes(p + r * stride, q ? q + r * to_stride : nullptr, row_bytes);
+    return;
+  }
+  Fletcher32Steps steps(*this);
+  for (std::size_t r = 0; r < rows; ++r)
+    steps.add(p + r * stride, row_bytes, q ? q + r * to_stride : nullptr);
+  *this = steps.total();
+}
+
+void Fletcher32Steps::add(const void* from, std::size_t bytes, void* to) {
+  const auto* p = static_cast<const unsigned char*>(from);
+  auto* q = static_cast<unsigned char*>(to);
+  // A block runs on across the pieces' ends (pieces of whole steps follow each other in the lanes
+  // as in one piece) until it holds kMaxSteps steps.
+  for (std::size_t left = bytes / (2 * kLanes); left > 0;) {
+    const std::size_t take = std::min(kMaxSteps - steps_, left);
+    lane_sums(p, q, take, lanes_);
+    steps_ += take;
+    left -= take;
+    p += take * 2 * kLanes;
+    if (q) q += take * 2 * kLanes;
+    if (steps_ == kMaxSteps) {
+      const Block block = block_of(lanes_, steps_);
+      done_.add_block(block.s1, block.s2, block.words);
+      lanes_ = {};
+      steps_ = 0;
+    }
+  }
+}
+
+Fletcher32 Fletcher32Steps::total() const {
+  Fletcher32 out = done_;
+  if (steps_ > 0) {
+    const Block block = block_of(lanes_, steps_);
+    out.add_block(block.s1, block.s2, block.words);
+  }
+  return out;
+}
+
+void Fletcher32::add_block(std::uint64_t block1, std::uint64_t block2, std::uint64_t words) {
+  nonzero_ = nonzero_ || block1 != 0;
+  b_ = (b_ + (words % kModulus) * a_ + block2) % kModulus;
+  a_ = (a_ + block1 % kModulus * 256) % kModulus;
 }
 
 std::uint32_t Fletcher32::value() const {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/fletcher32.h"
 #include "checkpoint/transfer_helper.h"
 #include "megatron/nn/parameter.h"
 
@@ -105,6 +106,14 @@ class TileDigests {
   explicit TileDigests(TileGrid grid);
   // Adds the run's bytes, at `data`; with `copy_to`, also copies them there in the same pass.
   void add(const Run& run, const void* data, void* copy_to = nullptr);
+  // add() of `rows` runs: `first` and the same columns of the next rows - 1 lines, at
+  // data + r * stride (copied to copy_to + r * to_stride), which must follow each other in one
+  // tile (its lines consecutive in it: a 2-D tensor's lines inside one tile row). Folded once
+  // per block of the rows, not once per run (Fletcher32::add_rows).
+  void add_rows(const Run& first, std::uint64_t rows, const void* data, std::size_t stride,
+                void* copy_to = nullptr, std::size_t to_stride = 0);
+  // Adds the sums `sum` of such rows, summed elsewhere.
+  void add_sums(const Run& first, std::uint64_t rows, const Fletcher32& sum);
   // The tile a run lies in.
   std::uint64_t tile_of(const Run& run) const;
   // Every tile's sums (an all-reduce adds several ranks' and normalize() reduces them again).
