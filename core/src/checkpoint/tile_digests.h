@@ -183,13 +183,14 @@ std::shared_ptr<HelperSums> write_while_helper_sums(int fd, haddr_t offset, cons
                                                     std::shared_ptr<const void> owner);
 
 // How read_with_digests reads:
-// - automatic: as loads do: a whole tensor on two threads when `helper` runs (Note [Paired
-//   reads]: paired from the page cache, else read then checked), anything else through a mapping
-//   (Note [Mapped reads]);
+// - automatic: as loads do: a whole tensor given a `helper` on two threads when it runs (Note
+//   [Paired reads]: paired from the page cache, else read then checked), read then checked on
+//   this thread when it does not and the tensor is not in the page cache; anything else through
+//   a mapping (Note [Mapped reads]);
 // - windows: windows of pread in turn, each summed right after its read (when the kernel refuses
 //   the mapping; the tests' reference);
-// - paired, read_then_check: a whole tensor so wherever it is (tests); with no helper running, or
-//   for a selection or the check alone, as automatic.
+// - paired, read_then_check: a whole tensor so wherever it is (tests); paired with no helper
+//   running, or for a selection or the check alone, as automatic.
 enum class ReadMethod { automatic, windows, paired, read_then_check };
 
 // Reads from the dataset at `offset` of the file at `fd` every tile the selection touches (whole:
