@@ -151,19 +151,20 @@ std::uint64_t tile_row_lines(const TileGrid& grid) {
   return grid.tile[0] * (grid.lines() / grid.dims[0]);
 }
 
-// A whole tensor whose lines are cut into tile columns (and lines_follow_in_tiles) copied out of
-// a mapping of its bytes (`from`) to `to` (null: only summed) and summed in the same pass, in file
-// order (Note [Mapped reads]): each tile column's runs of one tile row are summed in one open
-// block (Fletcher32Steps) and placed in their tile once, not folded and placed run by run (a
-// [1024, 4096] f32 weight's 4 KiB runs, four a line: the folds and placements took 11% of a
-// one-thread load from the page cache).
-void copy_and_sum_lines(const TileGrid& grid, const std::vector<Walk::Columns>& columns,
-                        const char* from, char* to, TileDigests& sums) {
-  const std::uint64_t lines = grid.lines(), group = tile_row_lines(grid);
+// Lines [first, end) of a tensor whose lines are cut into tile columns (and
+// lines_follow_in_tiles), at `from` (the tensor in memory, or a mapping of its bytes), summed in
+// file order and copied to `to` in the same pass (null: only summed): each tile column's runs of
+// one tile row are summed in one open block (Fletcher32Steps) and placed in their tile once, not
+// folded and placed run by run (a [1024, 4096] f32 weight's 4 KiB runs, four a line: the folds
+// and placements took 11% of a one-thread load from the page cache). In file order, not tile
+// column by tile column: from memory, 16 KiB strides made a cold load's sums slower.
+void sum_lines(const TileGrid& grid, const std::vector<Walk::Columns>& columns, const char* from,
+               char* to, std::uint64_t first, std::uint64_t end, TileDigests& sums) {
+  const std::uint64_t group = tile_row_lines(grid);
   const std::size_t row_bytes = grid.row_bytes();
   std::vector<Fletcher32Steps> open(columns.size());
-  for (std::uint64_t first = 0; first < lines;) {
-    const std::uint64_t stop = std::min(lines, (first / group + 1) * group);
+  while (first < end) {
+    const std::uint64_t stop = std::min(end, (first / group + 1) * group);
     std::fill(open.begin(), open.end(), Fletcher32Steps());
     for (std::uint64_t line = first; line < stop; ++line) {
       for (std::size_t c = 0; c < columns.size(); ++c) {
@@ -525,7 +526,7 @@ class TensorWindows {
         merge_(tiles_of_whole_lines(grid) && columns_.size() == 1 &&
                grid.row_bytes() <= kMaxRunBytes),
         tile_row_lines_(tile_row_lines(grid)),
-        group_lines_(lines_follow_in_tiles(grid) ? tile_row_lines_ : 1) {}
+        lines_follow_(lines_follow_in_tiles(grid)) {}
 
   const TileGrid& grid() const { return grid_; }
   std::size_t count() const { return std::size_t((pieces_ + per_window_ - 1) / per_window_); }
@@ -559,14 +560,12 @@ class TensorWindows {
     for (; piece < end && piece % n != 0; ++piece)  // the end of a line begun before
       single(piece);
     // Whole lines: each tile column's runs of the lines of one tile row follow each other in
-    // their tile, and are summed as one (a [1024, 4096] f32 weight's 4 KiB runs, four a line).
-    for (std::uint64_t line = piece / n; line < end / n;) {
-      const std::uint64_t stop = std::min(end / n, (line / group_lines_ + 1) * group_lines_);
-      for (const Walk::Columns& c : columns_) {
-        const std::size_t at = std::size_t(line * grid_.row_bytes() + c.from * grid_.element_bytes);
-        sums.add_rows(Run{line, c.from, c.count}, stop - line, tensor_ + at, grid_.row_bytes());
-      }
-      line = stop;
+    // their tile, and are summed as one (sum_lines).
+    if (lines_follow_) {
+      sum_lines(grid_, columns_, tensor_, nullptr, piece / n, end / n, sums);
+    } else {
+      for (std::uint64_t q = piece; q < end / n * n; ++q)
+        single(q);
     }
     for (piece = std::max(piece, end / n * n); piece < end; ++piece)  // a line's beginning
       single(piece);
@@ -600,7 +599,7 @@ class TensorWindows {
   std::uint64_t per_window_;            // pieces
   bool merge_;                          // a line is one piece, lines of a tile one run
   std::uint64_t tile_row_lines_;        // lines per tile along the first dimension
-  std::uint64_t group_lines_;           // lines summed together per tile column (1: none)
+  bool lines_follow_;                   // lines_follow_in_tiles: sum_lines sums whole lines
 };
 
 // Sums of some of a whole tensor's windows (those one thread summed), or why a read failed.
@@ -778,7 +777,7 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
     // summed only.
     auto copy_and_sum = [&] {
       if (walk.dim < 0 && walk.columns.size() > 1 && lines_follow_in_tiles(grid)) {
-        copy_and_sum_lines(grid, walk.columns, range->data(), tensor, sums);
+        sum_lines(grid, walk.columns, range->data(), tensor, 0, grid.lines(), sums);
         std::fill(touched.begin(), touched.end(), true);
         return;
       }

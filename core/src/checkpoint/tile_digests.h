@@ -52,13 +52,16 @@ namespace megatron::checkpoint::detail {
 //     tensors. The load then takes part in what is left (TransferHelper::finish) and throws the
 //     first damage in file order. Callers that cannot keep the tensor alive until then (no
 //     `owner`) sum it on both threads before the read returns.
-//   Page-cache loads took -1% to +12% more than loads without checksums, loads from the disk about
-//   5% (bench/RESULTS.md, "Paired reads", "A quiet loading thread"). What was tried before,
+//   A window's runs are computed from the tensor's shape (TensorWindows), and each tile column's
+//   runs of one tile row summed as one piece (TileDigests::add_rows). Page-cache loads took -8%
+//   to +2% more than loads without checksums, loads from the disk +3% to +7% (bench/RESULTS.md,
+//   "Paired reads", "A quiet loading thread", "Sums by tile column"). What was tried before,
 //   all slower (+5-30%): one thread reading while the other summed the same bytes, from the page
 //   cache through a mapping or from the tensor behind the read (a third pass over memory, or the
 //   second core reading lines the first had just written); one thread copying and summing from a
-//   mapping (page faults). With one thread a tensor is copied from a mapping and summed in one
-//   pass (Note [Mapped reads]).
+//   mapping (page faults). With one thread a tensor in the page cache is copied from a mapping
+//   and summed in one pass (Note [Mapped reads]); one from the disk is read with one pread and
+//   then summed.
 //   The loading thread does not wait for a helper still busy with work deferred before: its part
 //   of a paired read is dropped when the loading thread has taken every window by then.
 // Note [Summed beside the writes]
