@@ -157,12 +157,14 @@ std::uint64_t tile_row_lines(const TileGrid& grid) {
 // one tile row are summed in one open block (Fletcher32Steps) and placed in their tile once, not
 // folded and placed run by run (a [1024, 4096] f32 weight's 4 KiB runs, four a line: the folds
 // and placements took 11% of a one-thread load from the page cache). In file order, not tile
-// column by tile column: from memory, 16 KiB strides made a cold load's sums slower.
+// column by tile column: from memory, 16 KiB strides made a cold load's sums slower. `open`
+// holds one block per column, given by the caller: inside read_mapped nothing may own memory (a
+// SIGBUS leaves without unwinding).
 void sum_lines(const TileGrid& grid, const std::vector<Walk::Columns>& columns, const char* from,
-               char* to, std::uint64_t first, std::uint64_t end, TileDigests& sums) {
+               char* to, std::uint64_t first, std::uint64_t end, TileDigests& sums,
+               std::vector<Fletcher32Steps>& open) {
   const std::uint64_t group = tile_row_lines(grid);
   const std::size_t row_bytes = grid.row_bytes();
-  std::vector<Fletcher32Steps> open(columns.size());
   while (first < end) {
     const std::uint64_t stop = std::min(end, (first / group + 1) * group);
     std::fill(open.begin(), open.end(), Fletcher32Steps());
@@ -562,7 +564,8 @@ class TensorWindows {
     // Whole lines: each tile column's runs of the lines of one tile row follow each other in
     // their tile, and are summed as one (sum_lines).
     if (lines_follow_) {
-      sum_lines(grid_, columns_, tensor_, nullptr, piece / n, end / n, sums);
+      std::vector<Fletcher32Steps> open(columns_.size());
+      sum_lines(grid_, columns_, tensor_, nullptr, piece / n, end / n, sums, open);
     } else {
       for (std::uint64_t q = piece; q < end / n * n; ++q)
         single(q);
@@ -775,9 +778,10 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
     // Note [Mapped reads]: each run is summed straight from the mapping and, when the selection
     // keeps it, copied to the tensor in the same pass; the rest of the tiles it touches is
     // summed only.
+    std::vector<Fletcher32Steps> open(walk.columns.size());  // sum_lines' blocks
     auto copy_and_sum = [&] {
       if (walk.dim < 0 && walk.columns.size() > 1 && lines_follow_in_tiles(grid)) {
-        sum_lines(grid, walk.columns, range->data(), tensor, 0, grid.lines(), sums);
+        sum_lines(grid, walk.columns, range->data(), tensor, 0, grid.lines(), sums, open);
         std::fill(touched.begin(), touched.end(), true);
         return;
       }
