@@ -35,6 +35,12 @@ constexpr std::uint64_t kModulus = 65535;
 using LaneSums = Fletcher32Lanes;
 static_assert(sizeof(LaneSums::s1) == kLanes * sizeof(std::uint32_t));
 
+// Half of the lanes' even (or odd) words as a GCC vector: one ymm with AVX2 and AVX-512, two
+// xmm otherwise. Written as arrays indexed by k, GCC kept the sums in memory on AVX2, loading and
+// storing each of them every step (15 GB/s from L1 on a Zen 3, a third of a page-cache load's
+// time; bench/RESULTS.md); a 64-byte vector type did no better.
+using Words8 = std::uint32_t __attribute__((vector_size(32)));
+
 // Adds `steps` steps of kLanes consecutive words from `p` to the lanes: lane j's s1 += sum over
 // steps t of v[t * kLanes + j], and each step adds the running s1 to s2 (so a block's s2 = sum of
 // (steps - t) * v[t * kLanes + j] when the lanes start at 0), where v is each word read
@@ -47,31 +53,46 @@ template <bool kCopy>
 [[gnu::always_inline]] inline void lane_steps(const unsigned char* p, unsigned char* to,
                                               std::size_t steps, LaneSums& lanes) {
   static_assert(std::endian::native == std::endian::little, "the pairs assume little-endian");
-  constexpr std::size_t kPairs = kLanes / 2;
-  std::uint32_t even1[kPairs], odd1[kPairs], even2[kPairs], odd2[kPairs];
-  for (std::size_t k = 0; k < kPairs; ++k) {
-    even1[k] = lanes.s1[2 * k];
-    odd1[k] = lanes.s1[2 * k + 1];
-    even2[k] = lanes.s2[2 * k];
-    odd2[k] = lanes.s2[2 * k + 1];
+  static_assert(2 * sizeof(Words8) == 2 * kLanes);
+  // Lanes 2k and 2k + 1 of the first half (k < 8) and of the second (the "b" vectors).
+  Words8 even1a, odd1a, even2a, odd2a, even1b, odd1b, even2b, odd2b;
+  for (std::size_t k = 0; k < 8; ++k) {
+    even1a[k] = lanes.s1[2 * k];
+    odd1a[k] = lanes.s1[2 * k + 1];
+    even2a[k] = lanes.s2[2 * k];
+    odd2a[k] = lanes.s2[2 * k + 1];
+    even1b[k] = lanes.s1[16 + 2 * k];
+    odd1b[k] = lanes.s1[16 + 2 * k + 1];
+    even2b[k] = lanes.s2[16 + 2 * k];
+    odd2b[k] = lanes.s2[16 + 2 * k + 1];
   }
   for (std::size_t t = 0; t < steps; ++t) {
     const unsigned char* q = p + t * 2 * kLanes;
-    if constexpr (kCopy) std::memcpy(to + t * 2 * kLanes, q, 2 * kLanes);
-    for (std::size_t k = 0; k < kPairs; ++k) {
-      std::uint32_t pair;
-      std::memcpy(&pair, q + 4 * k, 4);
-      even1[k] += pair & 0xffffu;
-      odd1[k] += pair >> 16;
-      even2[k] += even1[k];
-      odd2[k] += odd1[k];
+    Words8 a, b;
+    std::memcpy(&a, q, sizeof a);
+    std::memcpy(&b, q + sizeof a, sizeof b);
+    if constexpr (kCopy) {
+      std::memcpy(to + t * 2 * kLanes, &a, sizeof a);
+      std::memcpy(to + t * 2 * kLanes + sizeof a, &b, sizeof b);
     }
+    even1a += a & 0xffffu;
+    odd1a += a >> 16;
+    even1b += b & 0xffffu;
+    odd1b += b >> 16;
+    even2a += even1a;
+    odd2a += odd1a;
+    even2b += even1b;
+    odd2b += odd1b;
   }
-  for (std::size_t k = 0; k < kPairs; ++k) {
-    lanes.s1[2 * k] = even1[k];
-    lanes.s1[2 * k + 1] = odd1[k];
-    lanes.s2[2 * k] = even2[k];
-    lanes.s2[2 * k + 1] = odd2[k];
+  for (std::size_t k = 0; k < 8; ++k) {
+    lanes.s1[2 * k] = even1a[k];
+    lanes.s1[2 * k + 1] = odd1a[k];
+    lanes.s2[2 * k] = even2a[k];
+    lanes.s2[2 * k + 1] = odd2a[k];
+    lanes.s1[16 + 2 * k] = even1b[k];
+    lanes.s1[16 + 2 * k + 1] = odd1b[k];
+    lanes.s2[16 + 2 * k] = even2b[k];
+    lanes.s2[16 + 2 * k + 1] = odd2b[k];
   }
 }
 
