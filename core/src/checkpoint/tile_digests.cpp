@@ -165,8 +165,16 @@ void sum_lines(const TileGrid& grid, const std::vector<Walk::Columns>& columns, 
                std::vector<Fletcher32Steps>& open) {
   const std::uint64_t group = tile_row_lines(grid);
   const std::size_t row_bytes = grid.row_bytes();
+  // A tile column that is the whole line: a tile row's lines are one run, whatever their length.
+  const bool whole = columns.size() == 1 && columns[0].count == grid.dims.back();
   while (first < end) {
     const std::uint64_t stop = std::min(end, (first / group + 1) * group);
+    if (whole) {
+      const std::size_t at = std::size_t(first * row_bytes);
+      sums.add(Run{first, 0, (stop - first) * grid.dims.back()}, from + at, to ? to + at : nullptr);
+      first = stop;
+      continue;
+    }
     std::fill(open.begin(), open.end(), Fletcher32Steps());
     for (std::uint64_t line = first; line < stop; ++line) {
       for (std::size_t c = 0; c < columns.size(); ++c) {
@@ -525,9 +533,6 @@ class TensorWindows {
         pieces_(grid.lines() * columns_.size()),
         per_window_(whole_lines(
             std::max<std::uint64_t>(1, kPairedWindowBytes * columns_.size() / grid.row_bytes()))),
-        merge_(tiles_of_whole_lines(grid) && columns_.size() == 1 &&
-               grid.row_bytes() <= kMaxRunBytes),
-        tile_row_lines_(tile_row_lines(grid)),
         lines_follow_(lines_follow_in_tiles(grid)) {}
 
   const TileGrid& grid() const { return grid_; }
@@ -538,21 +543,9 @@ class TensorWindows {
   std::string read(std::size_t from, std::size_t to) const {
     return read_bytes(byte_of(first_piece(from)), byte_of(first_piece(to)));
   }
-  // Adds window k, as it lies in the tensor, to `sums`.
-  void sum(std::size_t k, TileDigests& sums) const {
+  // Adds window k, as it lies in the tensor, to `sums`; `open` is sum_lines' scratch.
+  void sum(std::size_t k, TileDigests& sums, std::vector<Fletcher32Steps>& open) const {
     const std::uint64_t first = first_piece(k), end = first_piece(k + 1);
-    if (merge_) {
-      // Consecutive lines of one tile are one run (walk_runs merges them the same way): split
-      // where a tile row ends and at kMaxRunBytes.
-      const std::uint64_t most = std::max<std::uint64_t>(1, kMaxRunBytes / grid_.row_bytes());
-      for (std::uint64_t line = first; line < end;) {
-        const std::uint64_t stop =
-            std::min({end, (line / tile_row_lines_ + 1) * tile_row_lines_, line + most});
-        sums.add(Run{line, 0, (stop - line) * grid_.dims.back()}, tensor_ + byte_of(line));
-        line = stop;
-      }
-      return;
-    }
     const std::uint64_t n = columns_.size();
     const auto single = [&](std::uint64_t piece) {
       const Walk::Columns& c = columns_[piece % n];
@@ -564,7 +557,7 @@ class TensorWindows {
     // Whole lines: each tile column's runs of the lines of one tile row follow each other in
     // their tile, and are summed as one (sum_lines).
     if (lines_follow_) {
-      std::vector<Fletcher32Steps> open(columns_.size());
+      open.resize(columns_.size());
       sum_lines(grid_, columns_, tensor_, nullptr, piece / n, end / n, sums, open);
     } else {
       for (std::uint64_t q = piece; q < end / n * n; ++q)
@@ -600,8 +593,6 @@ class TensorWindows {
   std::vector<Walk::Columns> columns_;  // of a line, in file order (the whole walk's)
   std::uint64_t pieces_;                // lines x columns
   std::uint64_t per_window_;            // pieces
-  bool merge_;                          // a line is one piece, lines of a tile one run
-  std::uint64_t tile_row_lines_;        // lines per tile along the first dimension
   bool lines_follow_;                   // lines_follow_in_tiles: sum_lines sums whole lines
 };
 
@@ -609,6 +600,7 @@ class TensorWindows {
 struct SumsPart {
   explicit SumsPart(const TileGrid& grid) : sums(grid) {}
   TileDigests sums;
+  std::vector<Fletcher32Steps> open;  // TensorWindows::sum's scratch, kept across windows
   std::string error;
 };
 
@@ -654,7 +646,7 @@ std::string paired(const TensorWindows& windows, bool read,
         failed.store(true, std::memory_order_relaxed);
         return;
       }
-      windows.sum(k, part.sums);
+      windows.sum(k, part.sums, part.open);
     }
   });
   return whole_verdict(parts, stored, name);
@@ -673,7 +665,7 @@ class WindowSums : public HelperSums {
     SumsPart& part = parts_[std::size_t(worker)];
     for (std::size_t k = next_.fetch_add(1, std::memory_order_relaxed); k < windows_->count();
          k = next_.fetch_add(1, std::memory_order_relaxed)) {
-      windows_->sum(k, part.sums);
+      windows_->sum(k, part.sums, part.open);
     }
   }
   std::string verdict() override { return ""; }
