@@ -4,6 +4,7 @@
 // check the tiles they touch; damaged or missing checksum attributes are damage.
 #include <fcntl.h>
 #include <hdf5.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -497,8 +498,10 @@ class NotedCheck : public detail::SharedWork {
 
 // Checks deferred to the helper run there in order, before what is queued after them; finish()
 // takes part in each itself, waits for the helper's parts and gives the first damage in order.
-// A helper dropped with checks queued runs none of those not started. Without the helper a
-// deferred check runs at once, on the calling thread.
+// A helper dropped with checks queued runs none of those not started. With one compute thread the
+// helper still takes deferred checks (it sums while the loading thread waits for the disk), but
+// no part of run_on_both. Without the helper (inside a parallel region) a deferred check runs at
+// once, on the calling thread.
 TEST(TransferHelper, DeferredChecksGiveTheFirstDamageInOrder) {
   using detail::TransferHelper;
   const int previous = compute_threads();
@@ -554,11 +557,30 @@ TEST(TransferHelper, DeferredChecksGiveTheFirstDamageInOrder) {
   set_compute_threads(1);
   {
     TransferHelper helper;
-    const auto check = std::make_shared<NotedCheck>("at once", note);
+    EXPECT_TRUE(helper.runs());
+    EXPECT_FALSE(helper.active());
+    std::vector<int> workers;
+    helper.run_on_both([&](int worker) { workers.push_back(worker); });
+    EXPECT_EQ(workers, std::vector<int>{0});
+    const auto check = std::make_shared<NotedCheck>("deferred", note);
     helper.defer(check);
-    EXPECT_EQ(check->workers_[0], caller);
-    EXPECT_EQ(check->workers_[1], std::thread::id());
-    EXPECT_EQ(helper.finish(), "at once");
+    EXPECT_EQ(helper.finish(), "deferred");
+    EXPECT_EQ(check->workers_[0], caller);  // finish() took part
+    EXPECT_NE(check->workers_[1], caller);  // and so did the helper
+    EXPECT_NE(check->workers_[1], std::thread::id());
+  }
+  set_compute_threads(2);
+#pragma omp parallel num_threads(2)
+  {
+    if (omp_get_thread_num() == 0) {
+      TransferHelper helper;  // inside a parallel region: no helper thread
+      EXPECT_FALSE(helper.runs());
+      const auto check = std::make_shared<NotedCheck>("at once", note);
+      helper.defer(check);
+      EXPECT_EQ(check->workers_[0], std::this_thread::get_id());
+      EXPECT_EQ(check->workers_[1], std::thread::id());
+      EXPECT_EQ(helper.finish(), "at once");
+    }
   }
   set_compute_threads(previous);
 }

@@ -37,8 +37,8 @@ void spin_until(Ready ready) {
 // A plain thread rather than one of OpenMP's: it sleeps on a condition variable between
 // tensors, where an OpenMP region per tensor left OpenMP's pool spinning after each one (19% of
 // a warm load's samples in perf, bench/RESULTS.md).
-TransferHelper::TransferHelper() {
-  if (omp_in_parallel() || omp_get_max_threads() < 2) return;
+TransferHelper::TransferHelper() : two_threads_(omp_get_max_threads() >= 2) {
+  if (omp_in_parallel()) return;
   owner_ = ::getpid();
   helper_ = std::thread([this] {
     // Woken for each tensor, the helper would otherwise preempt the thread that woke it, on the
@@ -47,7 +47,7 @@ TransferHelper::TransferHelper() {
     // it as wake-up preemption). SCHED_BATCH is the ordinary policy without that preemption; any
     // thread may take it. Refused (a seccomp filter), the helper runs as before.
     const sched_param batch{};
-    ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &batch);
+    ::pthread_setschedparam(::pthread_self(), two_threads_ ? SCHED_BATCH : SCHED_IDLE, &batch);
     run();
   });
 }
@@ -66,8 +66,12 @@ TransferHelper::~TransferHelper() {
   helper_.join();
 }
 
-bool TransferHelper::active() const {
+bool TransferHelper::runs() const {
   return helper_.joinable() && ::getpid() == owner_;
+}
+
+bool TransferHelper::active() const {
+  return two_threads_ && runs();
 }
 
 std::uint64_t TransferHelper::queue(std::function<void()> job) {
@@ -120,7 +124,7 @@ void TransferHelper::run_on_both(const std::function<void(int)>& task) {
 }
 
 void TransferHelper::defer(std::shared_ptr<SharedWork> check) {
-  if (!active()) {
+  if (!runs()) {
     check->take_part(0);
   } else {
     queue([check] { check->take_part(1); });
@@ -135,7 +139,7 @@ std::string TransferHelper::finish() {
   lock.unlock();
   // The helper may still be on the first of them; this thread takes what is left of each (the
   // last tensor's sums would otherwise all fall on the helper while the load waits).
-  if (active()) {
+  if (runs()) {
     for (const std::shared_ptr<SharedWork>& check : checks)
       check->take_part(0);
     lock.lock();
@@ -153,9 +157,11 @@ void TransferHelper::run() {
     if (jobs_.empty() && !stop_) {
       // The next tensor's job usually comes within microseconds (its metadata read): spun for
       // before sleeping.
-      lock.unlock();
-      spin_until([&] { return queued_.load(std::memory_order_acquire) != done_.load(); });
-      lock.lock();
+      if (two_threads_) {  // with one compute thread the spin would take the loading thread's core
+        lock.unlock();
+        spin_until([&] { return queued_.load(std::memory_order_acquire) != done_.load(); });
+        lock.lock();
+      }
     }
     changed_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
     if (stop_) return;
