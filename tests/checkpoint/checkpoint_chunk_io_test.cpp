@@ -168,8 +168,9 @@ TEST(Fletcher32, CopyingPiecesCopiesThemAndGivesTheValueOfTheWhole) {
 }
 
 // A tile's rows inside a tensor (pieces at a stride) sum as their concatenation, with or without
-// a copy to rows at another stride, for rows of whole 64-byte steps (summed on across the rows'
-// ends, blocks cut inside rows) or not, after a piece of odd length or not.
+// a copy to rows at another stride (16-byte aligned or not; ordinary or streaming stores), for
+// rows of whole 64-byte steps (summed on across the rows' ends, blocks cut inside rows) or not,
+// after a piece of odd length or not.
 TEST(Fletcher32, RowsAtAStrideGiveTheValueOfTheirConcatenation) {
   std::mt19937 random(13);
   for (const std::size_t row_bytes : {std::size_t(64), std::size_t(640), std::size_t(1808),
@@ -186,23 +187,37 @@ TEST(Fletcher32, RowsAtAStrideGiveTheValueOfTheirConcatenation) {
           const auto row = tensor.begin() + std::ptrdiff_t(lead + r * stride);
           whole.insert(whole.end(), row, row + std::ptrdiff_t(row_bytes));
         }
-        const std::size_t to_stride = row_bytes + 6;
-        std::vector<unsigned char> copy(rows * to_stride, 0xAB);
-        for (const bool copying : {false, true}) {
+        {
           detail::Fletcher32 sum;
           sum.add(tensor.data(), lead);  // 3: a byte left pending
-          sum.add_rows(tensor.data() + lead, row_bytes, stride, rows,
-                       copying ? copy.data() : nullptr, to_stride);
-          const auto where = ::testing::Message() << row_bytes << " x " << rows << ", lead " << lead
-                                                  << (copying ? ", copying" : "");
-          EXPECT_EQ(sum.value(), detail::fletcher32(whole.data(), whole.size())) << where;
+          sum.add_rows(tensor.data() + lead, row_bytes, stride, rows);
+          EXPECT_EQ(sum.value(), detail::fletcher32(whole.data(), whole.size()))
+              << row_bytes << " x " << rows << ", lead " << lead;
         }
-        for (std::size_t r = 0; r < rows; ++r) {
-          EXPECT_TRUE(std::equal(whole.begin() + std::ptrdiff_t(lead + r * row_bytes),
-                                 whole.begin() + std::ptrdiff_t(lead + (r + 1) * row_bytes),
-                                 copy.begin() + std::ptrdiff_t(r * to_stride)))
-              << row_bytes << " x " << rows << ", row " << r;
-          EXPECT_EQ(copy[r * to_stride + row_bytes], 0xAB);
+        // Copies to rows 16-byte aligned (streaming stores where asked) and not.
+        for (const std::size_t to_stride : {row_bytes + 6, row_bytes}) {
+          for (const detail::CopyStores stores :
+               {detail::CopyStores::cached, detail::CopyStores::streaming}) {
+            std::vector<unsigned char> buffer(rows * to_stride + 64, 0xAB);
+            unsigned char* copy = buffer.data() + (64 - std::uintptr_t(buffer.data()) % 64) % 64;
+            detail::Fletcher32 sum;
+            sum.add(tensor.data(), lead);
+            sum.add_rows(tensor.data() + lead, row_bytes, stride, rows, copy, to_stride, stores);
+            const auto where =
+                ::testing::Message()
+                << row_bytes << " x " << rows << ", lead " << lead << ", copied at " << to_stride
+                << (stores == detail::CopyStores::streaming ? " streaming" : " cached");
+            EXPECT_EQ(sum.value(), detail::fletcher32(whole.data(), whole.size())) << where;
+            for (std::size_t r = 0; r < rows; ++r) {
+              EXPECT_TRUE(std::equal(whole.begin() + std::ptrdiff_t(lead + r * row_bytes),
+                                     whole.begin() + std::ptrdiff_t(lead + (r + 1) * row_bytes),
+                                     copy + r * to_stride))
+                  << where << ", row " << r;
+              if (to_stride > row_bytes) {
+                EXPECT_EQ(copy[r * to_stride + row_bytes], 0xAB) << where;
+              }
+            }
+          }
         }
       }
     }

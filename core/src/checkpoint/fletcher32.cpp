@@ -11,7 +11,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 // Built for AVX-512, AVX2 and baseline x86-64 and picked by the CPU at load time (as the CPU row
 // kernels are); clang builds (the fuzzers) take the baseline loop.
@@ -35,6 +40,9 @@ constexpr std::uint64_t kModulus = 65535;
 using LaneSums = Fletcher32Lanes;
 static_assert(sizeof(LaneSums::s1) == kLanes * sizeof(std::uint32_t));
 
+// What lane_steps does with the bytes besides summing them.
+enum class Copy { none, cached, streaming };
+
 // Half of the lanes' even (or odd) words as a GCC vector: one ymm with AVX2 and AVX-512, two
 // xmm otherwise. Written as arrays indexed by k, GCC kept the sums in memory on AVX2, loading and
 // storing each of them every step (15 GB/s from L1 on a Zen 3, a third of a page-cache load's
@@ -48,8 +56,9 @@ using Words8 = std::uint32_t __attribute__((vector_size(32)));
 // modulo 65535, so the caller scales the sums by 256 instead of the loop swapping bytes. Words
 // are taken in pairs from 32-bit loads (the low and high halves: even and odd lanes), which
 // widens them with an AND and a shift instead of shuffles. With kCopy, also copies the bytes to
-// `to` in the same pass (a save gathers a chunk's rows while it sums them).
-template <bool kCopy>
+// `to` in the same pass (a save gathers a chunk's rows while it sums them; a load copies a
+// tensor out of a mapping of the file, with streaming stores).
+template <Copy kCopy>
 [[gnu::always_inline]] inline void lane_steps(const unsigned char* p, unsigned char* to,
                                               std::size_t steps, LaneSums& lanes) {
   static_assert(std::endian::native == std::endian::little, "the pairs assume little-endian");
@@ -71,10 +80,18 @@ template <bool kCopy>
     Words8 a, b;
     std::memcpy(&a, q, sizeof a);
     std::memcpy(&b, q + sizeof a, sizeof b);
-    if constexpr (kCopy) {
+    if constexpr (kCopy == Copy::cached) {
       std::memcpy(to + t * 2 * kLanes, &a, sizeof a);
       std::memcpy(to + t * 2 * kLanes + sizeof a, &b, sizeof b);
     }
+#if defined(__SSE2__)
+    if constexpr (kCopy == Copy::streaming) {  // `to` 16-byte aligned
+      auto* d = reinterpret_cast<__m128i*>(to + t * 2 * kLanes);
+      const auto* from = reinterpret_cast<const __m128i*>(q);
+      for (int k = 0; k < 4; ++k)
+        _mm_stream_si128(d + k, _mm_loadu_si128(from + k));
+    }
+#endif
     even1a += a & 0xffffu;
     odd1a += a >> 16;
     even1b += b & 0xffffu;
@@ -97,12 +114,20 @@ template <bool kCopy>
 }
 
 MEGATRON_FLETCHER_CLONES
-void lane_sums(const unsigned char* p, unsigned char* to, std::size_t steps, LaneSums& lanes) {
-  if (to) {
-    lane_steps<true>(p, to, steps, lanes);
-  } else {
-    lane_steps<false>(p, nullptr, steps, lanes);
+void lane_sums(const unsigned char* p, unsigned char* to, std::size_t steps, LaneSums& lanes,
+               CopyStores stores) {
+  if (!to) {
+    lane_steps<Copy::none>(p, nullptr, steps, lanes);
+    return;
   }
+#if defined(__SSE2__)
+  if (stores == CopyStores::streaming && reinterpret_cast<std::uintptr_t>(to) % 16 == 0) {
+    lane_steps<Copy::streaming>(p, to, steps, lanes);
+    _mm_sfence();  // visible to other threads before the caller's next release
+    return;
+  }
+#endif
+  lane_steps<Copy::cached>(p, to, steps, lanes);
 }
 
 // A block's own sums from its lanes: s1 = sum of its words, s2 = sum of (m - i) * w_i for its
@@ -130,14 +155,16 @@ void Fletcher32::add_word(std::uint64_t word) {
 }
 
 void Fletcher32::add(const void* data, std::size_t bytes) {
-  add_bytes(static_cast<const unsigned char*>(data), nullptr, bytes);
+  add_bytes(static_cast<const unsigned char*>(data), nullptr, bytes, CopyStores::cached);
 }
 
-void Fletcher32::add_copy(void* to, const void* from, std::size_t bytes) {
-  add_bytes(static_cast<const unsigned char*>(from), static_cast<unsigned char*>(to), bytes);
+void Fletcher32::add_copy(void* to, const void* from, std::size_t bytes, CopyStores stores) {
+  add_bytes(static_cast<const unsigned char*>(from), static_cast<unsigned char*>(to), bytes,
+            stores);
 }
 
-void Fletcher32::add_bytes(const unsigned char* p, unsigned char* to, std::size_t bytes) {
+void Fletcher32::add_bytes(const unsigned char* p, unsigned char* to, std::size_t bytes,
+                           CopyStores stores) {
   if (pending_ >= 0 && bytes > 0) {
     add_word((std::uint64_t(pending_) << 8) | p[0]);
     pending_ = -1;
@@ -149,7 +176,7 @@ void Fletcher32::add_bytes(const unsigned char* p, unsigned char* to, std::size_
   while (words >= kLanes) {
     const std::size_t steps = std::min(kMaxSteps, words / kLanes);
     LaneSums lanes{};
-    lane_sums(p, to, steps, lanes);
+    lane_sums(p, to, steps, lanes, stores);
     const Block block = block_of(lanes, steps);
     add_block(block.s1, block.s2, block.words);
     p += 2 * steps * kLanes;
@@ -163,28 +190,28 @@ void Fletcher32::add_bytes(const unsigned char* p, unsigned char* to, std::size_
 }
 
 void Fletcher32::add_rows(const void* from, std::size_t row_bytes, std::size_t stride,
-                          std::size_t rows, void* to, std::size_t to_stride) {
+                          std::size_t rows, void* to, std::size_t to_stride, CopyStores stores) {
   const auto* p = static_cast<const unsigned char*>(from);
   auto* q = static_cast<unsigned char*>(to);
   if (!Fletcher32Steps::fits(row_bytes) || pending_ >= 0) {
     for (std::size_t r = 0; r < rows; ++r)
-      add_bytes(p + r * stride, q ? q + r * to_stride : nullptr, row_bytes);
+      add_bytes(p + r * stride, q ? q + r * to_stride : nullptr, row_bytes, stores);
     return;
   }
   Fletcher32Steps steps(*this);
   for (std::size_t r = 0; r < rows; ++r)
-    steps.add(p + r * stride, row_bytes, q ? q + r * to_stride : nullptr);
+    steps.add(p + r * stride, row_bytes, q ? q + r * to_stride : nullptr, stores);
   *this = steps.total();
 }
 
-void Fletcher32Steps::add(const void* from, std::size_t bytes, void* to) {
+void Fletcher32Steps::add(const void* from, std::size_t bytes, void* to, CopyStores stores) {
   const auto* p = static_cast<const unsigned char*>(from);
   auto* q = static_cast<unsigned char*>(to);
   // A block runs on across the pieces' ends (pieces of whole steps follow each other in the lanes
   // as in one piece) until it holds kMaxSteps steps.
   for (std::size_t left = bytes / (2 * kLanes); left > 0;) {
     const std::size_t take = std::min(kMaxSteps - steps_, left);
-    lane_sums(p, q, take, lanes_);
+    lane_sums(p, q, take, lanes_, stores);
     steps_ += take;
     left -= take;
     p += take * 2 * kLanes;

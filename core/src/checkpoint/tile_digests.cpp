@@ -181,7 +181,7 @@ void sum_lines(const TileGrid& grid, const std::vector<Walk::Columns>& columns, 
         const std::size_t at = std::size_t(line * row_bytes + columns[c].from * grid.element_bytes);
         const std::size_t bytes = std::size_t(columns[c].count) * grid.element_bytes;
         if (Fletcher32Steps::fits(bytes)) {
-          open[c].add(from + at, bytes, to ? to + at : nullptr);
+          open[c].add(from + at, bytes, to ? to + at : nullptr, CopyStores::streaming);
         } else {
           sums.add(Run{line, columns[c].from, columns[c].count}, from + at, to ? to + at : nullptr);
         }
@@ -400,7 +400,8 @@ void TileDigests::add(const Run& run, const void* data, void* copy_to) {
 void TileDigests::add_rows(const Run& first, std::uint64_t rows, const void* data,
                            std::size_t stride, void* copy_to, std::size_t to_stride) {
   Fletcher32 sum;
-  sum.add_rows(data, first.elements * grid_.element_bytes, stride, rows, copy_to, to_stride);
+  sum.add_rows(data, first.elements * grid_.element_bytes, stride, rows, copy_to, to_stride,
+               CopyStores::streaming);
   add_sums(first, rows, sum);
 }
 

@@ -61,7 +61,8 @@ namespace megatron::checkpoint::detail {
 //   second core reading lines the first had just written); one thread copying and summing from a
 //   mapping (page faults). With one thread a tensor in the page cache is copied from a mapping
 //   and summed in one pass (Note [Mapped reads]); one from the disk is read with one pread and
-//   then summed.
+//   summed by the helper all the same, which then runs SCHED_IDLE: it takes only the time the
+//   loading thread leaves while waiting for the disk, and never a part of a paired read.
 //   The loading thread does not wait for a helper still busy with work deferred before: its part
 //   of a paired read is dropped when the loading thread has taken every window by then.
 // Note [Summed beside the writes]
@@ -107,12 +108,13 @@ struct TileSums {
 class TileDigests {
  public:
   explicit TileDigests(TileGrid grid);
-  // Adds the run's bytes, at `data`; with `copy_to`, also copies them there in the same pass.
+  // Adds the run's bytes, at `data`; with `copy_to`, also copies them there in the same pass,
+  // with streaming stores (a load's copy into its tensor: CopyStores in fletcher32.h).
   void add(const Run& run, const void* data, void* copy_to = nullptr);
   // add() of `rows` runs: `first` and the same columns of the next rows - 1 lines, at
-  // data + r * stride (copied to copy_to + r * to_stride), which must follow each other in one
-  // tile (its lines consecutive in it: a 2-D tensor's lines inside one tile row). Folded once
-  // per block of the rows, not once per run (Fletcher32::add_rows).
+  // data + r * stride (copied to copy_to + r * to_stride, streaming), which must follow each other
+  // in one tile (its lines consecutive in it: a 2-D tensor's lines inside one tile row). Folded
+  // once per block of the rows, not once per run (Fletcher32::add_rows).
   void add_rows(const Run& first, std::uint64_t rows, const void* data, std::size_t stride,
                 void* copy_to = nullptr, std::size_t to_stride = 0);
   // Adds the sums `sum` of such rows, summed elsewhere.
