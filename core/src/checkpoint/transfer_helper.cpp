@@ -44,8 +44,10 @@ TransferHelper::TransferHelper() : two_threads_(omp_get_max_threads() >= 2) {
     // Woken for each tensor, the helper would otherwise preempt the thread that woke it, on the
     // core the scheduler put it on beside that thread: the loading thread then waited ~250 us a
     // tensor before its next read (1.4 ms of a cold 96 MiB load, 4% of it; `perf sched` would show
-    // it as wake-up preemption). SCHED_BATCH is the ordinary policy without that preemption; any
-    // thread may take it. Refused (a seccomp filter), the helper runs as before.
+    // it as wake-up preemption). SCHED_BATCH is the ordinary policy without that preemption. With
+    // one compute thread the helper may only use the time the loading thread leaves (waits for
+    // the disk): SCHED_IDLE, which any waking ordinary thread preempts at once. Any thread may
+    // take either policy; refused (a seccomp filter), the helper runs as before.
     const sched_param batch{};
     ::pthread_setschedparam(::pthread_self(), two_threads_ ? SCHED_BATCH : SCHED_IDLE, &batch);
     run();
