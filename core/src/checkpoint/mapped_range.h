@@ -11,8 +11,10 @@ namespace megatron::checkpoint::detail {
 // Note [Mapped reads]
 //   A checkpoint load with one compute thread (of tensors in the page cache), a slice of a tensor
 //   and `inspect --verify` read a tensor's data through a read-only mapping of the file, copying
-//   each run to the tensor in the pass that sums it (Fletcher32::add_copy): each byte is read
-//   once, by vector loads, instead of the kernel copying it and the sums reading the copy again.
+//   each run to the tensor in the pass that sums it (TileDigests::add with a copy): each byte is
+//   read once, by vector loads, instead of the kernel copying it and the sums reading the copy
+//   again, and written with streaming stores (CopyStores in fletcher32.h), which unlike ordinary
+//   stores do not read each line of the tensor first.
 //   A whole tensor's runs of one tile are summed in one open block (sum_lines in
 //   tile_digests.cpp). (With two compute threads, whole tensors are read by pread in windows on
 //   both threads instead: Note [Paired reads] in tile_digests.h. With one, a whole tensor not in
