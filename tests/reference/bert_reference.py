@@ -39,8 +39,9 @@ LOSS_RTOL = 1e-5
 HIDDEN_ATOL = 2e-5
 LOGITS_ATOL = 2e-5
 GRAD_RTOL = 1e-4     # relative to each tensor's largest gradient
-PARAM_ATOL = 1e-5    # after 3 AdamW steps at lr 1e-3 (see gpt_reference.py)
+PARAM_ATOL = 5e-5    # after 3 AdamW steps at lr 1e-3 (see gpt_reference.py)
 PARAM_MEAN_ATOL = 1e-7
+MOVED_MIN = 1e-3  # the largest update after 3 AdamW steps at lr 1e-3: about a step of lr or more
 UNRESOLVED_RTOL = 0.01  # see part2
 
 
@@ -275,7 +276,7 @@ def part2(W0, trained, cfg, cache_dir, data_prefix, vocab_file):
                   f"> {UNRESOLVED_RTOL:.0%} at some step: max |diff| {worst_unresolved:.2e} "
                   f"(tolerance lr * iterations = {bound})")
     moved = max((W0[n] - trained[n]).abs().max().item() for n in W0)
-    good &= check("training moved the weights", moved > 100 * PARAM_ATOL, f"max |update| {moved:.2e}")
+    good &= check("training moved the weights", moved > MOVED_MIN, f"max |update| {moved:.2e}")
     return good
 
 

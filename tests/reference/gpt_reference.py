@@ -27,9 +27,11 @@ LOGITS_ATOL = 2e-5
 GRAD_RTOL = 1e-4     # relative to each tensor's largest gradient
 # After 3 AdamW steps at lr 1e-3: Adam normalises every element's step, so an element whose
 # gradient is at round-off level can move differently by a fraction of lr; bound the worst element
-# at 1% of lr and the mean difference far below it.
-PARAM_ATOL = 1e-5
+# at 5% of lr and the mean difference far below it. (1% held on AVX-512 machines; an AVX2 Zen 3's
+# GEMM kernels gave 1.8% in one element of reference b, with a mean difference of 1.2e-9.)
+PARAM_ATOL = 5e-5
 PARAM_MEAN_ATOL = 1e-7
+MOVED_MIN = 1e-3  # the largest update after 3 AdamW steps at lr 1e-3: about a step of lr or more
 
 
 def load_tensors(f, group):
@@ -225,7 +227,7 @@ def main(dump_file, trained_file, cache_dir, data_prefix):
                   f"max |diff| {worst:.2e} at {worst_name} (tolerance {PARAM_ATOL}), "
                   f"mean |diff| {total / count:.2e} (tolerance {PARAM_MEAN_ATOL})")
     moved = max((W0[n] - trained[n]).abs().max().item() for n in W0)
-    good &= check("training moved the weights", moved > 100 * PARAM_ATOL, f"max |update| {moved:.2e}")
+    good &= check("training moved the weights", moved > MOVED_MIN, f"max |update| {moved:.2e}")
     return 0 if good else 1
 
 
