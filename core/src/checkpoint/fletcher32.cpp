@@ -158,9 +158,9 @@ void Fletcher32::add(const void* data, std::size_t bytes) {
   add_bytes(static_cast<const unsigned char*>(data), nullptr, bytes, CopyStores::cached);
 }
 
-void Fletcher32::add_copy(void* to, const void* from, std::size_t bytes, CopyStores stores) {
+void Fletcher32::add_copy(void* to, const void* from, std::size_t bytes) {
   add_bytes(static_cast<const unsigned char*>(from), static_cast<unsigned char*>(to), bytes,
-            stores);
+            CopyStores::cached);
 }
 
 void Fletcher32::add_bytes(const unsigned char* p, unsigned char* to, std::size_t bytes,

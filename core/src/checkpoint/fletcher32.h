@@ -29,8 +29,7 @@ class Fletcher32 {
   void add(const void* data, std::size_t bytes);
   // add(from, bytes), also copying the bytes to `to` (not overlapping `from`) in the same pass
   // over them: one read of each byte instead of a copy and then a read of the copy.
-  void add_copy(void* to, const void* from, std::size_t bytes,
-                CopyStores stores = CopyStores::cached);
+  void add_copy(void* to, const void* from, std::size_t bytes);
   // add() of `rows` pieces of `row_bytes` each, the piece r at from + r * stride, in order (and
   // with `to`, add_copy() of each to to + r * to_stride): the rows of a tile in a tensor. Rows
   // of whole 64-byte steps are summed as one piece, folded once per block instead of per row.
