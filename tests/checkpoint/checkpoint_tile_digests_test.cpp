@@ -498,10 +498,9 @@ class NotedCheck : public detail::SharedWork {
 
 // Checks deferred to the helper run there in order, before what is queued after them; finish()
 // takes part in each itself, waits for the helper's parts and gives the first damage in order.
-// A helper dropped with checks queued runs none of those not started. With one compute thread the
-// helper still takes deferred checks (it sums while the loading thread waits for the disk), but
-// no part of run_on_both. Without the helper (inside a parallel region) a deferred check runs at
-// once, on the calling thread.
+// A helper dropped with checks queued runs none of those not started. Without the helper (one
+// compute thread, or inside a parallel region) a deferred check runs at once, on the calling
+// thread.
 TEST(TransferHelper, DeferredChecksGiveTheFirstDamageInOrder) {
   using detail::TransferHelper;
   const int previous = compute_threads();
@@ -556,25 +555,20 @@ TEST(TransferHelper, DeferredChecksGiveTheFirstDamageInOrder) {
   EXPECT_EQ(started.load(), 1);  // the others were dropped unstarted
   set_compute_threads(1);
   {
-    TransferHelper helper;
-    EXPECT_TRUE(helper.runs());
+    TransferHelper helper;  // one compute thread: no helper thread
     EXPECT_FALSE(helper.active());
-    std::vector<int> workers;
-    helper.run_on_both([&](int worker) { workers.push_back(worker); });
-    EXPECT_EQ(workers, std::vector<int>{0});
-    const auto check = std::make_shared<NotedCheck>("deferred", note);
+    const auto check = std::make_shared<NotedCheck>("at once", note);
     helper.defer(check);
-    EXPECT_EQ(helper.finish(), "deferred");
-    EXPECT_EQ(check->workers_[0], caller);  // finish() took part
-    EXPECT_NE(check->workers_[1], caller);  // and so did the helper
-    EXPECT_NE(check->workers_[1], std::thread::id());
+    EXPECT_EQ(check->workers_[0], caller);  // ran on the calling thread, before defer returned
+    EXPECT_EQ(check->workers_[1], std::thread::id());
+    EXPECT_EQ(helper.finish(), "at once");
   }
   set_compute_threads(2);
 #pragma omp parallel num_threads(2)
   {
     if (omp_get_thread_num() == 0) {
       TransferHelper helper;  // inside a parallel region: no helper thread
-      EXPECT_FALSE(helper.runs());
+      EXPECT_FALSE(helper.active());
       const auto check = std::make_shared<NotedCheck>("at once", note);
       helper.defer(check);
       EXPECT_EQ(check->workers_[0], std::this_thread::get_id());

@@ -629,8 +629,9 @@ std::string whole_verdict(const std::vector<SumsPart>& parts,
                       name);
 }
 
-// Both threads take the next window in turn, read it (when `read`) and sum it right after, from
-// their own core's cache, into sums of their own.
+// Both threads (the loading thread alone where the helper does not run) take the next window in
+// turn, read it (when `read`) and sum it right after, from their own core's cache, into sums of
+// their own.
 std::string paired(const TensorWindows& windows, bool read,
                    const std::vector<std::uint32_t>& stored, const std::string& name,
                    TransferHelper& helper) {
@@ -751,12 +752,17 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
     if (helper->active() && cached) {
       return paired(TensorWindows(fd, offset, grid, tensor), true, stored, name, *helper);
     }
-    // From the disk, on one thread too: one pread, then the sums (through a mapping, each page's
-    // fault waited for the disk in turn: +18% against +11%, Note [Mapped reads]).
-    if (helper->active() || !cached) {
+    if (helper->active()) {
       return read_then_check(std::make_shared<const TensorWindows>(fd, offset, grid, tensor),
                              stored, name, *helper, std::move(owner));
     }
+    // One compute thread, from the disk: window by window, each summed right after its read
+    // while the kernel reads the next ones ahead. One pread and the sums after it left the disk
+    // idle during the sums (+11-17%), and so did a SCHED_IDLE helper summing behind the reads
+    // (EEVDF runs it ahead of the loading thread: idle is a low weight, not a lower class);
+    // through a mapping each page's fault waited for the disk in turn (+18%, Note [Mapped reads]).
+    if (!cached)
+      return paired(TensorWindows(fd, offset, grid, tensor), true, stored, name, *helper);
   }
   std::unique_ptr<const MappedRange> range;
   if (method != ReadMethod::windows) {

@@ -37,19 +37,17 @@ void spin_until(Ready ready) {
 // A plain thread rather than one of OpenMP's: it sleeps on a condition variable between
 // tensors, where an OpenMP region per tensor left OpenMP's pool spinning after each one (19% of
 // a warm load's samples in perf, bench/RESULTS.md).
-TransferHelper::TransferHelper() : two_threads_(omp_get_max_threads() >= 2) {
-  if (omp_in_parallel()) return;
+TransferHelper::TransferHelper() {
+  if (omp_in_parallel() || omp_get_max_threads() < 2) return;
   owner_ = ::getpid();
   helper_ = std::thread([this] {
     // Woken for each tensor, the helper would otherwise preempt the thread that woke it, on the
     // core the scheduler put it on beside that thread: the loading thread then waited ~250 us a
     // tensor before its next read (1.4 ms of a cold 96 MiB load, 4% of it; `perf sched` would show
-    // it as wake-up preemption). SCHED_BATCH is the ordinary policy without that preemption. With
-    // one compute thread the helper may only use the time the loading thread leaves (waits for
-    // the disk): SCHED_IDLE, which any waking ordinary thread preempts at once. Any thread may
-    // take either policy; refused (a seccomp filter), the helper runs as before.
+    // it as wake-up preemption). SCHED_BATCH is the ordinary policy without that preemption; any
+    // thread may take it. Refused (a seccomp filter), the helper runs as before.
     const sched_param batch{};
-    ::pthread_setschedparam(::pthread_self(), two_threads_ ? SCHED_BATCH : SCHED_IDLE, &batch);
+    ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &batch);
     run();
   });
 }
@@ -68,12 +66,8 @@ TransferHelper::~TransferHelper() {
   helper_.join();
 }
 
-bool TransferHelper::runs() const {
-  return helper_.joinable() && ::getpid() == owner_;
-}
-
 bool TransferHelper::active() const {
-  return two_threads_ && runs();
+  return helper_.joinable() && ::getpid() == owner_;
 }
 
 std::uint64_t TransferHelper::queue(std::function<void()> job) {
@@ -126,7 +120,7 @@ void TransferHelper::run_on_both(const std::function<void(int)>& task) {
 }
 
 void TransferHelper::defer(std::shared_ptr<SharedWork> check) {
-  if (!runs()) {
+  if (!active()) {
     check->take_part(0);
   } else {
     queue([check] { check->take_part(1); });
@@ -141,7 +135,7 @@ std::string TransferHelper::finish() {
   lock.unlock();
   // The helper may still be on the first of them; this thread takes what is left of each (the
   // last tensor's sums would otherwise all fall on the helper while the load waits).
-  if (runs()) {
+  if (active()) {
     for (const std::shared_ptr<SharedWork>& check : checks)
       check->take_part(0);
     lock.lock();
@@ -159,11 +153,9 @@ void TransferHelper::run() {
     if (jobs_.empty() && !stop_) {
       // The next tensor's job usually comes within microseconds (its metadata read): spun for
       // before sleeping.
-      if (two_threads_) {  // with one compute thread the spin would take the loading thread's core
-        lock.unlock();
-        spin_until([&] { return queued_.load(std::memory_order_acquire) != done_.load(); });
-        lock.lock();
-      }
+      lock.unlock();
+      spin_until([&] { return queued_.load(std::memory_order_acquire) != done_.load(); });
+      lock.lock();
     }
     changed_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
     if (stop_) return;

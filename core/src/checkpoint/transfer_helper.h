@@ -34,9 +34,10 @@ class SharedWork {
 
 class TransferHelper {
  public:
-  // Starts the helper thread (not inside a parallel region). With one compute thread (the compute
-  // threads setting) it only takes deferred work, the sums of tensors read from the disk, which
-  // it does while the loading thread waits for the next read (Note [Paired reads]).
+  // Starts the helper thread when two compute threads are allowed here (the compute threads
+  // setting, and not inside a parallel region); otherwise active() is false. With one compute
+  // thread a load sums each window of a tensor from the disk right after reading it, while the
+  // kernel reads the next ones ahead (Note [Paired reads]): no second thread is needed.
   TransferHelper();
   // Drops the deferred work not started and joins the helper (in a fork's child, where it does
   // not run, leaves it).
@@ -45,15 +46,12 @@ class TransferHelper {
   TransferHelper& operator=(const TransferHelper&) = delete;
 
   // Whether the helper runs, in this process (fork copies only the calling thread).
-  bool runs() const;
-  // Whether it runs and two compute threads are allowed: it then also reads and sums beside the
-  // loading thread (run_on_both) and sums beside a save's writes.
   bool active() const;
   // Calls task(0) on the calling thread and task(1) on the helper once the work deferred before
   // has run there, unless task(0) has returned by then (task(1) is then never called: each part
   // takes what is left of shared work); returns once both called parts have returned. An
   // exception either threw is rethrown here (the calling thread's first). Without the helper,
-  // calls task(0) only; likewise with one compute thread.
+  // calls task(0) only.
   void run_on_both(const std::function<void(int worker)>& task);
   // Runs `work` on the helper after what was queued before it (without it: here, now);
   // finish() gives its verdict. What it reads must stay valid until then.
@@ -78,7 +76,6 @@ class TransferHelper {
   std::atomic<std::uint64_t> queued_{0}, done_{0};
   std::deque<std::shared_ptr<SharedWork>> deferred_;  // since the last finish(), in order
   bool stop_ = false;
-  bool two_threads_;
   pid_t owner_ = 0;
   ResidencyProbe residency_;
   std::thread helper_;
