@@ -18,13 +18,13 @@ namespace megatron::checkpoint::detail {
 //   A whole tensor's runs of one tile are summed in one open block (sum_lines in
 //   tile_digests.cpp). (With two compute threads, whole tensors are read by pread in windows on
 //   both threads instead: Note [Paired reads] in tile_digests.h. With one, a whole tensor not in
-//   the page cache is read with one pread and then summed: through the mapping, each fault waited
-//   for the disk in turn, and loads from the disk took +18% against +11%.) The mapping's faults are
-//   cheap only when the page cache holds the file in large folios, which for a file in the cache
-//   since its save depends on how it was written: saves write in windows ending on 2 MiB boundaries
-//   of the file (tile_digests.cpp). A mapped page that cannot be read raises SIGBUS instead of
-//   returning an error; read_mapped turns it into one. Measured figures are in bench/RESULTS.md
-//   ("Mapped reads", "Paired reads").
+//   the page cache is read by pread in windows, each summed after its read: through the mapping,
+//   each fault waited for the disk in turn, and loads from the disk took +18%.) The mapping's
+//   faults are cheap only when the page cache holds the file in large folios, which for a file in
+//   the cache since its save depends on how it was written: saves write in windows ending on 2 MiB
+//   boundaries of the file (tile_digests.cpp). A mapped page that cannot be read raises SIGBUS
+//   instead of returning an error; read_mapped turns it into one. Measured figures are in
+//   bench/RESULTS.md ("Mapped reads", "Paired reads").
 class MappedRange {
  public:
   // How the mapping will be read, told to the kernel: front to back (its faults read ahead

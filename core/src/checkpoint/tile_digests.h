@@ -60,9 +60,12 @@ namespace megatron::checkpoint::detail {
 //   cache through a mapping or from the tensor behind the read (a third pass over memory, or the
 //   second core reading lines the first had just written); one thread copying and summing from a
 //   mapping (page faults). With one thread a tensor in the page cache is copied from a mapping
-//   and summed in one pass (Note [Mapped reads]); one from the disk is read with one pread and
-//   summed by the helper all the same, which then runs SCHED_IDLE: it takes only the time the
-//   loading thread leaves while waiting for the disk, and never a part of a paired read.
+//   and summed in one pass (Note [Mapped reads]); one from the disk is read window by window,
+//   each summed right after its read while the kernel reads the next ones ahead, so the sums fall
+//   in the time the disk takes anyway (+6% against +13% for one pread then the sums, which left
+//   the disk idle meanwhile: bench/RESULTS.md, "One thread from the disk"). A SCHED_IDLE helper
+//   summing behind the reads did no better: idle is only a low weight in the fair class, and
+//   `perf sched` showed it run while the loading thread was runnable.
 //   The loading thread does not wait for a helper still busy with work deferred before: its part
 //   of a paired read is dropped when the loading thread has taken every window by then.
 // Note [Summed beside the writes]
@@ -189,13 +192,13 @@ std::shared_ptr<HelperSums> write_while_helper_sums(int fd, haddr_t offset, cons
 
 // How read_with_digests reads:
 // - automatic: as loads do: a whole tensor given a `helper` on two threads when it runs (Note
-//   [Paired reads]: paired from the page cache, else read then checked), read then checked on
-//   this thread when it does not and the tensor is not in the page cache; anything else through
-//   a mapping (Note [Mapped reads]);
+//   [Paired reads]: paired from the page cache, else read then checked), in windows read and
+//   summed in turn on this thread when it does not and the tensor is not in the page cache;
+//   anything else through a mapping (Note [Mapped reads]);
 // - windows: windows of pread in turn, each summed right after its read (when the kernel refuses
 //   the mapping; the tests' reference);
-// - paired, read_then_check: a whole tensor so wherever it is (tests); paired with no helper
-//   running, or for a selection or the check alone, as automatic.
+// - paired, read_then_check: a whole tensor as automatic reads one from the page cache or from
+//   the disk, wherever it is (tests); for a selection or the check alone, as automatic.
 enum class ReadMethod { automatic, windows, paired, read_then_check };
 
 // Reads from the dataset at `offset` of the file at `fd` every tile the selection touches (whole:
