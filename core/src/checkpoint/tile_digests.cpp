@@ -749,20 +749,19 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
     const bool cached =
         method == ReadMethod::paired ||
         (method == ReadMethod::automatic && helper->in_page_cache(fd, offset + total - tail, tail));
-    if (helper->active() && cached) {
-      return paired(TensorWindows(fd, offset, grid, tensor), true, stored, name, *helper);
-    }
-    if (helper->active()) {
+    if (helper->active() && !cached) {
       return read_then_check(std::make_shared<const TensorWindows>(fd, offset, grid, tensor),
                              stored, name, *helper, std::move(owner));
     }
-    // One compute thread, from the disk: window by window, each summed right after its read
-    // while the kernel reads the next ones ahead. One pread and the sums after it left the disk
-    // idle during the sums (+11-17%), and so did a SCHED_IDLE helper summing behind the reads
-    // (EEVDF runs it ahead of the loading thread: idle is a low weight, not a lower class);
-    // through a mapping each page's fault waited for the disk in turn (+18%, Note [Mapped reads]).
-    if (!cached)
+    // Paired from the page cache on two threads; from the disk on one thread, window by window,
+    // each summed right after its read while the kernel reads the next ones ahead. One pread and
+    // the sums after it left the disk idle during the sums (+11-17%), and so did a SCHED_IDLE
+    // helper summing behind the reads (EEVDF runs it ahead of the loading thread: idle is a low
+    // weight, not a lower class); through a mapping each page's fault waited for the disk in turn
+    // (+18%, Note [Mapped reads]).
+    if (helper->active() || !cached) {
       return paired(TensorWindows(fd, offset, grid, tensor), true, stored, name, *helper);
+    }
   }
   std::unique_ptr<const MappedRange> range;
   if (method != ReadMethod::windows) {
