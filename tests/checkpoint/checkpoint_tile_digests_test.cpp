@@ -384,6 +384,71 @@ TEST(TileDigests, MappedAndPairedReadsEqualWindowedReads) {
   EXPECT_FALSE(verify_checkpoint(file).intact());
 }
 
+// Note [Mapped reads]: with one compute thread a whole tensor whose end is not in the page cache
+// is read window by window, those the page cache holds through a mapping and the others by pread.
+// With the tensor's first half in the page cache and the rest not (read-ahead off for the
+// descriptor, so a pread brings in only what it asks for), the bytes and verdicts are those of
+// windows read in turn: intact, and with a byte changed in either half.
+TEST(TileDigests, OneThreadTakesWindowsInThePageCacheFromAMapping) {
+  TempDir dir;
+  const hsize_t rows = kRampRows, columns = kRampColumns;
+  const auto [s, file, tiles] = save_ramp(dir);
+  const std::size_t bytes = rows * columns * 4;
+  const int previous = compute_threads();
+  set_compute_threads(1);
+  const auto read_half_cached = [&](const char* state) {
+    ReadResult r;
+    r.data.assign(rows * columns, -1.0f);
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+    std::vector<char> first_half(bytes / 2);
+    EXPECT_EQ(::pread(fd, first_half.data(), first_half.size(), off_t(tiles.offset)),
+              ssize_t(first_half.size()));
+    detail::TransferHelper helper;
+    EXPECT_TRUE(helper.in_page_cache(fd, tiles.offset, bytes / 2)) << state;
+    for (std::size_t at = bytes / 2 + 4096; at + 4096 <= bytes; at += 4096)
+      EXPECT_FALSE(helper.in_page_cache(fd, tiles.offset + at, 4096)) << state << ", byte " << at;
+    r.verdict =
+        detail::read_with_digests(fd, tiles.offset, tiles.grid, tiles.digests, r.data.data(), -1,
+                                  {}, "w", detail::ReadMethod::automatic, &helper);
+    ::close(fd);
+    return r;
+  };
+  const auto expect_windows_verdict = [&](const char* state) {
+    const ReadResult windows =
+        read_by(file, tiles, -1, {}, rows * columns, true, detail::ReadMethod::windows);
+    const ReadResult r = read_half_cached(state);
+    EXPECT_EQ(r.verdict, windows.verdict) << state;
+    EXPECT_EQ(std::memcmp(r.data.data(), windows.data.data(), bytes), 0) << state;
+    return r.verdict;
+  };
+  EXPECT_EQ(expect_windows_verdict("intact"), "");
+  EXPECT_TRUE(bitwise_equal(
+      Tensor::from(read_half_cached("intact").data, {int64_t(rows), int64_t(columns)}),
+      s.tensors.at("w")));
+  // A byte changed in a window the page cache holds (row 10), then in one read from the disk
+  // (the last row), each synced so the page cache can drop it.
+  for (const std::size_t at : {std::size_t(10 * columns * 4 + 5), bytes - 3}) {
+    const int fd = ::open(file.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    char byte = 0;
+    ASSERT_EQ(::pread(fd, &byte, 1, off_t(tiles.offset + at)), 1);
+    const char changed = char(byte ^ 0x10);
+    ASSERT_EQ(::pwrite(fd, &changed, 1, off_t(tiles.offset + at)), 1);
+    ASSERT_EQ(::fsync(fd), 0);
+    const std::string verdict =
+        expect_windows_verdict(at < bytes / 2 ? "cached half" : "disk half");
+    EXPECT_NE(verdict.find("fails the checksum written when it was saved"), std::string::npos)
+        << verdict;
+    ASSERT_EQ(::pwrite(fd, &byte, 1, off_t(tiles.offset + at)), 1);
+    ASSERT_EQ(::fsync(fd), 0);
+    ::close(fd);
+  }
+  set_compute_threads(previous);
+}
+
 // The helper runs a task beside the calling thread and returns once both parts are done; what
 // either part throws reaches the caller, only after the other part has finished; the helper's
 // part is dropped when the caller's is done before the helper is free; with one compute thread

@@ -56,17 +56,20 @@ void install_bus_handler() {
 
 }  // namespace
 
-MappedRange::MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, Access access)
+MappedRange::MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, Access access,
+                         ReadAhead read_ahead)
     : bytes_(bytes) {
   const auto page = std::uint64_t(::sysconf(_SC_PAGESIZE));
   const std::uint64_t start = offset - offset % page;
   mapped_bytes_ = std::size_t(bytes + (offset - start));
-  // Mapped through an open file description of its own (reopened through /proc, which gives a
-  // new one): the kernel keeps its read-ahead state per open file, and HDF5's small metadata
-  // reads through `fd` made the faults' read-ahead start over (a cold one-thread load of 512 MiB
-  // took 293 ms so and 262 ms this way). Without /proc, `fd` does.
+  // ReadAhead::own: mapped through an open file description of its own (reopened through /proc,
+  // which gives a new one): the kernel keeps its read-ahead state per open file, and HDF5's small
+  // metadata reads through `fd` made the faults' read-ahead start over (a cold one-thread load of
+  // 512 MiB took 293 ms so and 262 ms this way). Without /proc, `fd` does. ReadAhead::shared:
+  // through `fd`, whose preads started the read-ahead the faults then keep going (each tensor's
+  // faults starting a read-ahead of their own made a cold one-thread load 10% slower).
   const std::string own = "/proc/self/fd/" + std::to_string(fd);
-  const int own_fd = ::open(own.c_str(), O_RDONLY | O_CLOEXEC);
+  const int own_fd = read_ahead == ReadAhead::own ? ::open(own.c_str(), O_RDONLY | O_CLOEXEC) : -1;
   void* p = ::mmap(nullptr, mapped_bytes_, PROT_READ, MAP_SHARED, own_fd >= 0 ? own_fd : fd,
                    off_t(start));
   if (own_fd >= 0) ::close(own_fd);

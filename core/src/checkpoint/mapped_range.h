@@ -30,9 +30,15 @@ class MappedRange {
   // How the mapping will be read, told to the kernel: front to back (its faults read ahead
   // further), or in any order (within a selection).
   enum class Access { sequential, selection };
+  // Whose read-ahead state the mapping's faults use (the kernel keeps one per open file): the
+  // mapping's own, through a description of the file opened for it, for a mapping that reads
+  // the range by itself while others read `fd`; or `fd`'s, for a mapping that takes over pages
+  // reads through `fd` brought in, so that its faults go on with that read-ahead.
+  enum class ReadAhead { own, shared };
   // Maps `bytes` (> 0) at `offset` of the file open at `fd`. valid() is false, and error() says
   // why, when the kernel refuses (no address space left, a file system that cannot map).
-  MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, Access access);
+  MappedRange(int fd, std::uint64_t offset, std::uint64_t bytes, Access access,
+              ReadAhead read_ahead = ReadAhead::own);
   ~MappedRange();
   MappedRange(const MappedRange&) = delete;
   MappedRange& operator=(const MappedRange&) = delete;

@@ -544,13 +544,36 @@ class TensorWindows {
   std::string read(std::size_t from, std::size_t to) const {
     return read_bytes(byte_of(first_piece(from)), byte_of(first_piece(to)));
   }
-  // Adds window k, as it lies in the tensor, to `sums`; `open` is sum_lines' scratch.
+  // Adds window k, as it lies in the tensor, to `sums`; `open` is sum_lines' scratch, sized by
+  // prepare() beforehand.
   void sum(std::size_t k, TileDigests& sums, std::vector<Fletcher32Steps>& open) const {
+    sum_from(k, tensor_, nullptr, sums, open);
+  }
+  // Copies window k from `file` (the tensor's bytes as the file holds them, mapped) into the
+  // tensor and adds it to `sums` in the same pass (Note [Mapped reads]); allocates nothing, so
+  // it may run inside read_mapped.
+  void copy_and_sum(std::size_t k, const char* file, TileDigests& sums,
+                    std::vector<Fletcher32Steps>& open) const {
+    sum_from(k, file, tensor_, sums, open);
+  }
+  // Sizes sum_lines' scratch for sum() and copy_and_sum().
+  void prepare(std::vector<Fletcher32Steps>& open) const {
+    if (lines_follow_) open.resize(columns_.size());
+  }
+  // Where window k ends in the tensor (and, from offset_, in the file).
+  std::size_t end_byte(std::size_t k) const { return byte_of(first_piece(k + 1)); }
+
+ private:
+  // Adds window k, as it lies at `from` (laid out as the tensor), to `sums`, and copies it to `to`
+  // when not null.
+  void sum_from(std::size_t k, const char* from, char* to, TileDigests& sums,
+                std::vector<Fletcher32Steps>& open) const {
     const std::uint64_t first = first_piece(k), end = first_piece(k + 1);
     const std::uint64_t n = columns_.size();
     const auto single = [&](std::uint64_t piece) {
       const Walk::Columns& c = columns_[piece % n];
-      sums.add(Run{piece / n, c.from, c.count}, tensor_ + byte_of(piece));
+      const std::size_t at = byte_of(piece);
+      sums.add(Run{piece / n, c.from, c.count}, from + at, to ? to + at : nullptr);
     };
     std::uint64_t piece = first;
     for (; piece < end && piece % n != 0; ++piece)  // the end of a line begun before
@@ -558,8 +581,7 @@ class TensorWindows {
     // Whole lines: each tile column's runs of the lines of one tile row follow each other in
     // their tile, and are summed as one (sum_lines).
     if (lines_follow_) {
-      open.resize(columns_.size());
-      sum_lines(grid_, columns_, tensor_, nullptr, piece / n, end / n, sums, open);
+      sum_lines(grid_, columns_, from, to, piece / n, end / n, sums, open);
     } else {
       for (std::uint64_t q = piece; q < end / n * n; ++q)
         single(q);
@@ -568,7 +590,6 @@ class TensorWindows {
       single(piece);
   }
 
- private:
   // Windows of whole lines where a line is smaller than a window.
   std::uint64_t whole_lines(std::uint64_t pieces) const {
     const std::uint64_t n = columns_.size();
@@ -640,6 +661,7 @@ std::string paired(const TensorWindows& windows, bool read,
   std::atomic<bool> failed{false};
   helper.run_on_both([&](int worker) {
     SumsPart& part = parts[std::size_t(worker)];
+    windows.prepare(part.open);
     for (;;) {
       const std::size_t k = next.fetch_add(1, std::memory_order_relaxed);
       if (k >= windows.count() || failed.load(std::memory_order_relaxed)) return;
@@ -654,6 +676,47 @@ std::string paired(const TensorWindows& windows, bool read,
   return whole_verdict(parts, stored, name);
 }
 
+// How much of a window's end is asked about to tell whether the page cache holds the window: the
+// kernel reads ahead in order, so its end is the last of it to arrive (a page not there after
+// all is read by the mapping's fault, slower but alike).
+constexpr std::uint64_t kResidentWindowTailBytes = std::uint64_t(16) << 10;
+
+// One compute thread, a whole tensor whose end is not in the page cache (Note [Mapped reads]):
+// window by window, one the page cache already holds (read ahead while the windows before it
+// were read and summed) is copied and summed from a mapping of the file in one pass, and any
+// other is read by pread, which waits for the disk and keeps its read-ahead going, and summed
+// right after from the core's cache. The copy out of the mapping costs less CPU time than the
+// kernel's copy into the tensor (streaming stores, one read of each byte), which pays for the
+// sums where the loading thread, not the disk, sets the pace.
+std::string read_by_residence(const TensorWindows& windows, int fd, haddr_t offset,
+                              std::uint64_t total, const std::vector<std::uint32_t>& stored,
+                              const std::string& name, TransferHelper& helper) {
+  std::vector<SumsPart> parts(1, SumsPart(windows.grid()));
+  SumsPart& part = parts[0];
+  windows.prepare(part.open);
+  std::unique_ptr<const MappedRange> range;  // mapped at the first window found in the cache
+  std::uint64_t start = 0;
+  for (std::size_t k = 0; k < windows.count() && part.error.empty(); ++k) {
+    const std::uint64_t end = windows.end_byte(k);
+    const std::uint64_t tail = std::min(end - start, kResidentWindowTailBytes);
+    if (helper.in_page_cache(fd, offset + end - tail, tail)) {
+      if (!range)
+        range = std::make_unique<const MappedRange>(
+            fd, offset, total, MappedRange::Access::sequential, MappedRange::ReadAhead::shared);
+      if (range->valid()) {
+        auto copy = [&] { windows.copy_and_sum(k, range->data(), part.sums, part.open); };
+        part.error = read_mapped(*range, copy);
+        start = end;
+        continue;
+      }
+    }
+    part.error = windows.read(k, k + 1);
+    if (part.error.empty()) windows.sum(k, part.sums, part.open);
+    start = end;
+  }
+  return whole_verdict(parts, stored, name);
+}
+
 // The sums of a whole tensor in memory, window by window in turn by whichever thread comes next:
 // the helper, and the calling thread once it has nothing else to do (TransferHelper::finish).
 class WindowSums : public HelperSums {
@@ -665,6 +728,7 @@ class WindowSums : public HelperSums {
 
   void take_part(int worker) noexcept override {
     SumsPart& part = parts_[std::size_t(worker)];
+    windows_->prepare(part.open);
     for (std::size_t k = next_.fetch_add(1, std::memory_order_relaxed); k < windows_->count();
          k = next_.fetch_add(1, std::memory_order_relaxed)) {
       windows_->sum(k, part.sums, part.open);
@@ -753,14 +817,19 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
       return read_then_check(std::make_shared<const TensorWindows>(fd, offset, grid, tensor),
                              stored, name, *helper, std::move(owner));
     }
-    // Paired from the page cache on two threads; from the disk on one thread, window by window,
-    // each summed right after its read while the kernel reads the next ones ahead. One pread and
-    // the sums after it left the disk idle during the sums (+11-17%), and so did a SCHED_IDLE
-    // helper summing behind the reads (EEVDF runs it ahead of the loading thread: idle is a low
-    // weight, not a lower class); through a mapping each page's fault waited for the disk in turn
-    // (+18%, Note [Mapped reads]).
-    if (helper->active() || !cached) {
+    // Paired from the page cache on two threads.
+    if (helper->active()) {
       return paired(TensorWindows(fd, offset, grid, tensor), true, stored, name, *helper);
+    }
+    // From the disk on one thread, window by window: those the kernel has read ahead through a
+    // mapping, the others by pread, each summed as it comes in. One pread and the sums after it
+    // left the disk idle during the sums (+11-17%), and so did a SCHED_IDLE helper summing behind
+    // the reads (EEVDF runs it ahead of the loading thread: idle is a low weight, not a lower
+    // class); the whole tensor through a mapping made each page's fault wait for the disk in turn
+    // (+18%); every window by pread left the sums on top of the kernel's copy (+6-9%).
+    if (!cached) {
+      return read_by_residence(TensorWindows(fd, offset, grid, tensor), fd, offset, total, stored,
+                               name, *helper);
     }
   }
   std::unique_ptr<const MappedRange> range;
