@@ -17,9 +17,11 @@ namespace megatron::checkpoint::detail {
 //   stores do not read each line of the tensor first.
 //   A whole tensor's runs of one tile are summed in one open block (sum_lines in
 //   tile_digests.cpp). (With two compute threads, whole tensors are read by pread in windows on
-//   both threads instead: Note [Paired reads] in tile_digests.h. With one, a whole tensor not in
-//   the page cache is read by pread in windows, each summed after its read: through the mapping,
-//   each fault waited for the disk in turn, and loads from the disk took +18%.) The mapping's
+//   both threads instead: Note [Paired reads] in tile_digests.h.) With one compute thread, a
+//   whole tensor not in the page cache is taken window by window: those the kernel has read ahead
+//   through a mapping sharing the descriptor's read-ahead (ReadAhead::shared), the others by
+//   pread, each summed after its read (the whole tensor through the mapping made each fault wait
+//   for the disk in turn: loads from the disk took +18%). The mapping's
 //   faults are cheap only when the page cache holds the file in large folios, which for a file in
 //   the cache since its save depends on how it was written: saves write in windows ending on 2 MiB
 //   boundaries of the file (tile_digests.cpp). A mapped page that cannot be read raises SIGBUS

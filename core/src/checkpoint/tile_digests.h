@@ -60,12 +60,15 @@ namespace megatron::checkpoint::detail {
 //   cache through a mapping or from the tensor behind the read (a third pass over memory, or the
 //   second core reading lines the first had just written); one thread copying and summing from a
 //   mapping (page faults). With one thread a tensor in the page cache is copied from a mapping
-//   and summed in one pass (Note [Mapped reads]); one from the disk is read window by window,
-//   each summed right after its read while the kernel reads the next ones ahead, so the sums fall
-//   in the time the disk takes anyway (+6% against +13% for one pread then the sums, which left
-//   the disk idle meanwhile: bench/RESULTS.md, "One thread from the disk"). A SCHED_IDLE helper
-//   summing behind the reads did no better: idle is only a low weight in the fair class, and
-//   `perf sched` showed it run while the loading thread was runnable.
+//   and summed in one pass (Note [Mapped reads]); one from the disk is taken window by window:
+//   a window the kernel has already read ahead is copied and summed from a mapping that shares
+//   the descriptor's read-ahead, any other is read by pread, which waits for the disk and keeps
+//   the read-ahead going, and summed right after (read_by_residence in tile_digests.cpp). The
+//   copy out of the mapping costs less than the kernel's copy, which pays for the sums (bench/
+//   RESULTS.md, "Windows by residence"). Before: every window by pread (the sums on top of the
+//   kernel's copy), one pread then the sums (the disk idle meanwhile), a SCHED_IDLE helper
+//   summing behind the reads (no better: idle is only a low weight in the fair class, and
+//   `perf sched` showed it run while the loading thread was runnable).
 //   The loading thread does not wait for a helper still busy with work deferred before: its part
 //   of a paired read is dropped when the loading thread has taken every window by then.
 // Note [Summed beside the writes]
