@@ -254,7 +254,8 @@ struct ReadResult {
 };
 ReadResult read_by(const std::filesystem::path& file, const detail::StoredTiles& tiles, int dim,
                    const std::vector<ShardRun>& runs, std::size_t elements, bool keep,
-                   detail::ReadMethod method, bool cold = false, bool owned = false) {
+                   detail::ReadMethod method, bool cold = false, bool owned = false,
+                   const std::function<void(int fd, detail::TransferHelper&)>& prepare = {}) {
   ReadResult result;
   result.data.assign(elements, -1.0f);
   const int fd = ::open(file.c_str(), O_RDONLY);
@@ -264,6 +265,8 @@ ReadResult read_by(const std::filesystem::path& file, const detail::StoredTiles&
     EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   }
   detail::TransferHelper helper;
+  // What the caller does with the descriptor before the read (brings part of the file back).
+  if (prepare) prepare(fd, helper);
   // `owned`: the data outlives helper.finish() below, so its check may be deferred to then.
   const std::shared_ptr<const void> owner =
       owned ? std::shared_ptr<const void>(result.data.data(), [](const void*) {}) : nullptr;
@@ -397,24 +400,17 @@ TEST(TileDigests, OneThreadTakesWindowsInThePageCacheFromAMapping) {
   const int previous = compute_threads();
   set_compute_threads(1);
   const auto read_half_cached = [&](const char* state) {
-    ReadResult r;
-    r.data.assign(rows * columns, -1.0f);
-    const int fd = ::open(file.c_str(), O_RDONLY);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-    EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
-    std::vector<char> first_half(bytes / 2);
-    EXPECT_EQ(::pread(fd, first_half.data(), first_half.size(), off_t(tiles.offset)),
-              ssize_t(first_half.size()));
-    detail::TransferHelper helper;
-    EXPECT_TRUE(helper.in_page_cache(fd, tiles.offset, bytes / 2)) << state;
-    for (std::size_t at = bytes / 2 + 4096; at + 4096 <= bytes; at += 4096)
-      EXPECT_FALSE(helper.in_page_cache(fd, tiles.offset + at, 4096)) << state << ", byte " << at;
-    r.verdict =
-        detail::read_with_digests(fd, tiles.offset, tiles.grid, tiles.digests, r.data.data(), -1,
-                                  {}, "w", detail::ReadMethod::automatic, &helper);
-    ::close(fd);
-    return r;
+    const auto first_half_in_cache = [&](int fd, detail::TransferHelper& helper) {
+      EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+      std::vector<char> first_half(bytes / 2);
+      EXPECT_EQ(::pread(fd, first_half.data(), first_half.size(), off_t(tiles.offset)),
+                ssize_t(first_half.size()));
+      EXPECT_TRUE(helper.in_page_cache(fd, tiles.offset, bytes / 2)) << state;
+      for (std::size_t at = bytes / 2 + 4096; at + 4096 <= bytes; at += 4096)
+        EXPECT_FALSE(helper.in_page_cache(fd, tiles.offset + at, 4096)) << state << ", byte " << at;
+    };
+    return read_by(file, tiles, -1, {}, rows * columns, true, detail::ReadMethod::automatic, true,
+                   false, first_half_in_cache);
   };
   const auto expect_windows_verdict = [&](const char* state) {
     const ReadResult windows =

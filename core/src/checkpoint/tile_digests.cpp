@@ -695,24 +695,21 @@ std::string read_by_residence(const TensorWindows& windows, int fd, haddr_t offs
   SumsPart& part = parts[0];
   windows.prepare(part.open);
   std::unique_ptr<const MappedRange> range;  // mapped at the first window found in the cache
-  std::uint64_t start = 0;
   for (std::size_t k = 0; k < windows.count() && part.error.empty(); ++k) {
-    const std::uint64_t end = windows.end_byte(k);
-    const std::uint64_t tail = std::min(end - start, kResidentWindowTailBytes);
-    if (helper.in_page_cache(fd, offset + end - tail, tail)) {
-      if (!range)
-        range = std::make_unique<const MappedRange>(
-            fd, offset, total, MappedRange::Access::sequential, MappedRange::ReadAhead::shared);
-      if (range->valid()) {
-        auto copy = [&] { windows.copy_and_sum(k, range->data(), part.sums, part.open); };
-        part.error = read_mapped(*range, copy);
-        start = end;
-        continue;
-      }
+    const std::uint64_t begin = k == 0 ? 0 : windows.end_byte(k - 1), end = windows.end_byte(k);
+    const std::uint64_t tail = std::min(end - begin, kResidentWindowTailBytes);
+    const bool cached = helper.in_page_cache(fd, offset + end - tail, tail);
+    if (cached && !range) {
+      range = std::make_unique<const MappedRange>(
+          fd, offset, total, MappedRange::Access::sequential, MappedRange::ReadAhead::shared);
     }
-    part.error = windows.read(k, k + 1);
-    if (part.error.empty()) windows.sum(k, part.sums, part.open);
-    start = end;
+    if (cached && range->valid()) {
+      auto copy = [&] { windows.copy_and_sum(k, range->data(), part.sums, part.open); };
+      part.error = read_mapped(*range, copy);
+    } else {
+      part.error = windows.read(k, k + 1);
+      if (part.error.empty()) windows.sum(k, part.sums, part.open);
+    }
   }
   return whole_verdict(parts, stored, name);
 }
