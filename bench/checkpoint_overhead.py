@@ -17,14 +17,14 @@ import statistics
 import subprocess
 
 
-def ratio_line(label, first, second, rng):
-    """'label: +x.x% (90% interval ...)' of first's median time over second's."""
+def ratio_line(label, first, against, second, rng):
+    """'label x ms, against y ms: +z% (90% interval ...)': first's median time over second's."""
     ratio = statistics.median(first) / statistics.median(second) - 1
     boots = sorted(
         statistics.median(rng.choices(first, k=len(first))) /
         statistics.median(rng.choices(second, k=len(second))) - 1 for _ in range(4000))
     low, high = boots[len(boots) // 20], boots[len(boots) * 19 // 20]
-    return (f"{label} {statistics.median(first):.1f} ms, against {statistics.median(second):.1f} "
+    return (f"{label} {statistics.median(first):.1f} ms, {against} {statistics.median(second):.1f} "
             f"ms: {100 * ratio:+.1f}% (90% interval {100 * low:+.1f}..{100 * high:+.1f})")
 
 
@@ -55,20 +55,20 @@ def main():
 
     rng = random.Random(1)
     checked, plain = of("checksummed", "real_time"), of("plain", "real_time")
+    twin = of("plain_twin", "real_time")  # empty without --aa
     print(f"{args.case} {args.size}: " +
-          ratio_line("checksummed", checked, plain, rng).replace(", against", ", without checksums") +
+          ratio_line("checksummed", checked, "without checksums", plain, rng) +
           f", CPU {statistics.median(of('checksummed', 'cpu_time')):.1f} / "
           f"{statistics.median(of('plain', 'cpu_time')):.1f} ms, n = {len(checked)} / {len(plain)}")
     if args.case != "save":
         print(f"  loading thread's CPU: "
               f"{statistics.median(of('checksummed', 'loading_thread_cpu_ms')):.1f} / "
               f"{statistics.median(of('plain', 'loading_thread_cpu_ms')):.1f} ms")
-    if args.aa:
-        print("  A/A: " + ratio_line("plain_twin", of("plain_twin", "real_time"), plain, rng))
-    print("  checksummed:", " ".join(f"{t:.1f}" for t in sorted(checked)))
-    print("  without:    ", " ".join(f"{t:.1f}" for t in sorted(plain)))
-    if args.aa:
-        print("  twin:       ", " ".join(f"{t:.1f}" for t in sorted(of("plain_twin", "real_time"))))
+    if twin:
+        print("  A/A: " + ratio_line("plain_twin", twin, "against", plain, rng))
+    for label, times in (("checksummed:", checked), ("without:    ", plain), ("twin:       ", twin)):
+        if times:
+            print(" ", label, " ".join(f"{t:.1f}" for t in sorted(times)))
 
 
 if __name__ == "__main__":
