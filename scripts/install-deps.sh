@@ -15,6 +15,7 @@ build_packages=(
   libssl-dev  # MD5 (OpenSSL EVP) naming the dataset index cache files as Megatron does
   libsentencepiece-dev  # SentencePieceTokenizer and GPTSentencePieceTokenizer (.model files)
   libhdf5-openmpi-dev
+  liburing-dev  # io_uring reads of checkpoint loads on one compute thread
   libspdlog-dev libfmt-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake needs OpenCL headers

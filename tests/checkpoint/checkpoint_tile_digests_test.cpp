@@ -333,7 +333,9 @@ TEST(TileDigests, MappedAndPairedReadsEqualWindowedReads) {
               {ReadMethod::automatic, true},
               {ReadMethod::paired, false},
               {ReadMethod::read_then_check, true},
-              {ReadMethod::read_then_check, false}};
+              {ReadMethod::read_then_check, false},
+              {ReadMethod::ring, true},
+              {ReadMethod::ring, false}};
           for (const auto& [method, owned] : methods) {
             for (const bool cold : {false, true}) {
               const ReadResult r =
@@ -624,6 +626,24 @@ TEST(TransferHelper, DeferredChecksGiveTheFirstDamageInOrder) {
     EXPECT_EQ(check->workers_[1], std::thread::id());
     EXPECT_EQ(helper.finish(), "at once");
   }
+  {
+    // Work deferred one step behind (Note [Ring reads]) runs on the calling thread at the next
+    // defer_behind or in finish(); its verdict keeps its place among the others'.
+    TransferHelper helper;
+    order.clear();
+    const auto first = std::make_shared<NotedCheck>("first", note);
+    const auto second = std::make_shared<NotedCheck>("second", note);
+    const auto third = std::make_shared<NotedCheck>("", note);
+    helper.defer_behind(first);
+    EXPECT_TRUE(order.empty());
+    helper.defer(second);  // at once
+    helper.defer_behind(third);
+    EXPECT_EQ(order, (std::vector<std::string>{"check second by 0", "check first by 0"}));
+    EXPECT_EQ(helper.finish(), "first");
+    EXPECT_EQ(order.back(), "check  by 0");
+    EXPECT_EQ(third->workers_[0], caller);
+    EXPECT_EQ(helper.finish(), "");
+  }
   set_compute_threads(2);
 #pragma omp parallel num_threads(2)
   {
@@ -640,8 +660,9 @@ TEST(TransferHelper, DeferredChecksGiveTheFirstDamageInOrder) {
   set_compute_threads(previous);
 }
 
-// A whole tensor read by any method (on two threads: paired or read then checked) from a file cut
-// short inside its data says that it cannot be read back, and never that it is intact.
+// A whole tensor read by any method (on two threads: paired or read then checked; through the
+// ring) from a file cut short inside its data says that it cannot be read back, and never that it
+// is intact.
 TEST(TileDigests, AFileCutShortCannotBeReadBack) {
   TempDir dir;
   const hsize_t rows = kRampRows, columns = kRampColumns;
@@ -650,8 +671,9 @@ TEST(TileDigests, AFileCutShortCannotBeReadBack) {
   const int previous = compute_threads();
   for (const int threads : {1, 2}) {
     set_compute_threads(threads);
-    for (const auto method : {detail::ReadMethod::automatic, detail::ReadMethod::windows,
-                              detail::ReadMethod::paired, detail::ReadMethod::read_then_check}) {
+    for (const auto method :
+         {detail::ReadMethod::automatic, detail::ReadMethod::windows, detail::ReadMethod::paired,
+          detail::ReadMethod::read_then_check, detail::ReadMethod::ring}) {
       const ReadResult r = read_by(file, tiles, -1, {}, rows * columns, true, method, false, true);
       EXPECT_NE(r.verdict.find("tensor 'w' is damaged: its data cannot be read back"),
                 std::string::npos)
@@ -677,7 +699,8 @@ void flip_data_byte(const std::filesystem::path& file, const std::string& name,
 
 // A load of many tensors reads them all back; with damage, it names the first damaged tensor in
 // file order, whether it was read on both threads, checked on the helper after its read (from
-// the disk) or read on the loading thread alone (a small tensor), with one compute thread or two.
+// the disk), read through the ring and checked one step behind, or read on the loading thread
+// alone (a small tensor), with one compute thread or two.
 TEST(TileDigests, ALoadOfManyTensorsNamesTheFirstDamagedOne) {
   TempDir dir;
   CheckpointState s;
@@ -691,7 +714,8 @@ TEST(TileDigests, ALoadOfManyTensorsNamesTheFirstDamagedOne) {
     for (const int threads : {1, 2}) {
       // Loads choose; with two threads, every large tensor read on both threads, or read and
       // then checked on the helper while the next is read (as loads from the disk do).
-      for (const char* method : {"", "paired", "read_then_check"}) {
+      // With "ring", through the ring, each check one step behind.
+      for (const char* method : {"", "paired", "read_then_check", "ring"}) {
         set_compute_threads(threads);
         if (*method) setenv("MEGATRON_TEST_WHOLE_READS", method, 1);
         SCOPED_TRACE(::testing::Message() << threads << " threads, method '" << method << "'");
@@ -758,7 +782,7 @@ TEST(TileDigests, WholeTensorsOfAnyShapeAreSummedAndCheckedInWindows) {
   const auto expect_load = [&](const std::string& damaged) {
     for (const int threads : {1, 2}) {
       set_compute_threads(threads);
-      for (const char* method : {"", "paired", "read_then_check"}) {
+      for (const char* method : {"", "paired", "read_then_check", "ring"}) {
         if (*method) setenv("MEGATRON_TEST_WHOLE_READS", method, 1);
         SCOPED_TRACE(::testing::Message() << threads << " threads, method '" << method << "'");
         if (damaged.empty()) {

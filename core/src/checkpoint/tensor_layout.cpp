@@ -178,16 +178,17 @@ std::string read_tile_attributes(hid_t dataset, const std::string& name,
 namespace {
 
 // How loads read whole tensors: as read_with_digests chooses, unless the test hook
-// MEGATRON_TEST_WHOLE_READS names a method ("paired" or "read_then_check"), so tests can take
-// each path whatever the page cache holds (Note [Paired reads]).
+// MEGATRON_TEST_WHOLE_READS names a method ("paired", "read_then_check" or "ring"), so tests can
+// take each path whatever the page cache holds (Note [Paired reads]).
 ReadMethod whole_read_method() {
   const char* hook = std::getenv("MEGATRON_TEST_WHOLE_READS");
   if (!hook) return ReadMethod::automatic;
   const std::string_view method(hook);
   if (method == "paired") return ReadMethod::paired;
   if (method == "read_then_check") return ReadMethod::read_then_check;
+  if (method == "ring") return ReadMethod::ring;
   throw Error("MEGATRON_TEST_WHOLE_READS = '" + std::string(method) +
-              "': expected 'paired' or 'read_then_check'");
+              "': expected 'paired', 'read_then_check' or 'ring'");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // windowed reads and writes that check and compute them (Note [Tile digests]).
 #include "checkpoint/tile_digests.h"
 
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -13,9 +14,12 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/mapped_range.h"
+#include "checkpoint/ring_reads.h"
 #include "checkpoint/tensor_layout.h"
 #include "checkpoint/transfer_helper.h"
 #include "megatron/error.h"
@@ -773,6 +777,81 @@ std::string read_then_check(std::shared_ptr<const TensorWindows> windows,
   return "";
 }
 
+// Files read through the ring from the disk with one compute thread (Note [Ring reads]): in
+// smaller ones what nothing hides (the last tensor's sums, the ring's set-up) costs more than the
+// reads through it save.
+constexpr std::uint64_t kRingFileBytes = std::uint64_t(128) << 20;
+
+std::uint64_t file_bytes(int fd) {
+  struct stat file {};
+  return ::fstat(fd, &file) == 0 ? std::uint64_t(file.st_size) : 0;
+}
+
+// One compute thread, a whole tensor read through the ring (Note [Ring reads]): its sums wait
+// until the next tensor's read is queued (TransferHelper::defer_behind), then wait for its own
+// read and run while the disk reads the next one.
+class RingCheck : public SharedWork {
+ public:
+  RingCheck(std::shared_ptr<const TensorWindows> windows, RingReads& ring, int fd, haddr_t offset,
+            char* tensor, std::size_t bytes, std::vector<std::uint32_t> stored, std::string name,
+            std::shared_ptr<const void> owner)
+      : windows_(std::move(windows)),
+        ring_(ring),
+        read_{fd, offset, tensor, bytes, {}},
+        stored_(std::move(stored)),
+        name_(std::move(name)),
+        owner_(std::move(owner)),
+        parts_(1, SumsPart(windows_->grid())) {}
+
+  RingRead& read() { return read_; }
+  // Sums each window once the request it lies in is done; once (with the helper running,
+  // finish() offers every deferred work to the calling thread again).
+  void take_part(int) noexcept override {
+    if (std::exchange(taken_, true)) return;
+    SumsPart& part = parts_[0];
+    windows_->prepare(part.open);
+    std::size_t k = 0;
+    for (std::size_t r = 0; r < read_.requests.size(); ++r) {
+      part.error = ring_.wait(read_, r);
+      if (!part.error.empty()) return;
+      const std::uint64_t arrived = read_.requests[r].at + read_.requests[r].bytes;
+      for (; k < windows_->count() && windows_->end_byte(k) <= arrived; ++k)
+        windows_->sum(k, part.sums, part.open);
+    }
+  }
+  std::string verdict() override { return whole_verdict(parts_, stored_, name_); }
+
+ private:
+  std::shared_ptr<const TensorWindows> windows_;
+  RingReads& ring_;
+  RingRead read_;
+  std::vector<std::uint32_t> stored_;
+  std::string name_;
+  std::shared_ptr<const void> owner_;  // keeps the tensor read into
+  std::vector<SumsPart> parts_;
+  bool taken_ = false;
+};
+
+// Queues the read of a whole tensor on the ring and leaves its check one step behind (with
+// `owner`) or does it now: "" or the verdict; nullopt when the ring did not take the read.
+std::optional<std::string> read_through_ring(std::shared_ptr<const TensorWindows> windows, int fd,
+                                             haddr_t offset, std::uint64_t total,
+                                             const std::vector<std::uint32_t>& stored,
+                                             const std::string& name, TransferHelper& helper,
+                                             RingReads& ring, char* tensor,
+                                             const std::shared_ptr<const void>& owner) {
+  const bool behind = owner != nullptr;
+  auto check = std::make_shared<RingCheck>(std::move(windows), ring, fd, offset, tensor,
+                                           std::size_t(total), stored, name, owner);
+  if (!ring.submit(check->read(), check)) return std::nullopt;
+  if (behind) {
+    helper.defer_behind(check);
+    return "";
+  }
+  check->take_part(0);
+  return check->verdict();
+}
+
 }  // namespace
 
 bool helper_takes_whole(const TileGrid& grid, const TransferHelper* helper) {
@@ -810,6 +889,18 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
     const bool cached =
         method == ReadMethod::paired ||
         (method == ReadMethod::automatic && helper->in_page_cache(fd, offset + total - tail, tail));
+    // One compute thread and a tensor the load keeps (`owner`) from the disk of a file of
+    // kRingFileBytes or more: queued on the ring, its check one step behind (Note [Ring reads]).
+    RingReads* ring = method == ReadMethod::ring || (!helper->active() && !cached && owner &&
+                                                     file_bytes(fd) >= kRingFileBytes)
+                          ? helper->ring()
+                          : nullptr;
+    if (ring) {
+      std::optional<std::string> verdict =
+          read_through_ring(std::make_shared<const TensorWindows>(fd, offset, grid, tensor), fd,
+                            offset, total, stored, name, *helper, *ring, tensor, owner);
+      if (verdict) return *verdict;
+    }
     if (helper->active() && !cached) {
       return read_then_check(std::make_shared<const TensorWindows>(fd, offset, grid, tensor),
                              stored, name, *helper, std::move(owner));
@@ -818,12 +909,13 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
     if (helper->active()) {
       return paired(TensorWindows(fd, offset, grid, tensor), true, stored, name, *helper);
     }
-    // From the disk on one thread, window by window: those the kernel has read ahead through a
-    // mapping, the others by pread, each summed as it comes in. One pread and the sums after it
-    // left the disk idle during the sums (+11-17%), and so did a SCHED_IDLE helper summing behind
-    // the reads (EEVDF runs it ahead of the loading thread: idle is a low weight, not a lower
-    // class); the whole tensor through a mapping made each page's fault wait for the disk in turn
-    // (+18%); every window by pread left the sums on top of the kernel's copy (+6-9%).
+    // From the disk on one thread, not through the ring, window by window: those the kernel has
+    // read ahead through a mapping, the others by pread, each summed as it comes in. One pread and
+    // the sums after it left the disk idle during the sums (+11-17%), and so did a SCHED_IDLE
+    // helper summing behind the reads (EEVDF runs it ahead of the loading thread: idle is a low
+    // weight, not a lower class); the whole tensor through a mapping made each page's fault wait
+    // for the disk in turn (+18%); every window by pread left the sums on top of the kernel's
+    // copy (+6-9%).
     if (!cached) {
       return read_by_residence(TensorWindows(fd, offset, grid, tensor), fd, offset, total, stored,
                                name, *helper);

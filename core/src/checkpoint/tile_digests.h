@@ -60,7 +60,9 @@ namespace megatron::checkpoint::detail {
 //   cache through a mapping or from the tensor behind the read (a third pass over memory, or the
 //   second core reading lines the first had just written); one thread copying and summing from a
 //   mapping (page faults). With one thread a tensor in the page cache is copied from a mapping
-//   and summed in one pass (Note [Mapped reads]); one from the disk is taken window by window:
+//   and summed in one pass (Note [Mapped reads]); one from the disk is read through io_uring
+//   with its sums one tensor behind (Note [Ring reads]) or, in files under 128 MiB, where the
+//   kernel refuses io_uring, and for a tensor the caller does not keep, taken window by window:
 //   a window the kernel has already read ahead is copied and summed from a mapping that shares
 //   the descriptor's read-ahead, any other is read by pread, which waits for the disk and keeps
 //   the read-ahead going, and summed right after (read_by_residence in tile_digests.cpp). The
@@ -71,6 +73,26 @@ namespace megatron::checkpoint::detail {
 //   `perf sched` showed it run while the loading thread was runnable).
 //   The loading thread does not wait for a helper still busy with work deferred before: its part
 //   of a paired read is dropped when the loading thread has taken every window by then.
+// Note [Ring reads]
+//   With one compute thread, a whole tensor from the disk that the load keeps (`owner`: a load's
+//   tensors, not a CheckpointReader's slices) in a file of 128 MiB or more is read with one
+//   buffered read queued through io_uring (RingReads, ring_reads.h), and its check waits one
+//   step (TransferHelper::defer_behind): the next tensor's call queues its own read and then
+//   sums this tensor while the disk reads the next; finish() sums the last. The kernel copies a
+//   read's pages into the tensor on the loading thread itself (task work, no worker thread), so
+//   the sums (~25 ms of CPU per 512 MiB, from memory) fill waits that a pread spends blocked, and
+//   the disk gets the same whole-tensor reads as a load without checksums. Three choices, each
+//   measured (bench/RESULTS.md, "Ring reads"): the reads go through a descriptor of the ring's
+//   own for the file (reopened through /proc/self/fd), since HDF5's small reads of the next
+//   dataset's header, ahead of the tensor under way, otherwise reset the read-ahead that read
+//   relies on (+3.2% against -1.2%); the task work is deferred to the thread's waits
+//   (IORING_SETUP_DEFER_TASKRUN), not run as pages arrive, which interrupted the sums (+7.3%
+//   against -4.1%); one read is under way at a time (two: no faster, more CPU). Against a load
+//   without checksums at 512 MiB: -4% to +0.5%, where windows by residence took +9%; at 96 MiB
+//   the last tensor's sums and the ring's set-up, which nothing hides, made it +3% to +7%
+//   against -1% by residence, and from 144 MiB on the ring was ahead (-4% to -6% against -2% to
+//   +1%): hence the 128 MiB floor. Where the kernel refuses io_uring (kernel.io_uring_disabled,
+//   a container's seccomp filter) loads read by residence.
 // Note [Summed beside the writes]
 //   Where the helper runs, a save writes each whole tensor of two windows or more with one pwrite,
 //   as a save without checksums does, while the helper sums the same tensor from memory; the
@@ -201,8 +223,11 @@ std::shared_ptr<HelperSums> write_while_helper_sums(int fd, haddr_t offset, cons
 // - windows: windows of pread in turn, each summed right after its read (when the kernel refuses
 //   the mapping; the tests' reference);
 // - paired, read_then_check: a whole tensor as automatic reads one from the page cache or from
-//   the disk, wherever it is (tests); for a selection or the check alone, as automatic.
-enum class ReadMethod { automatic, windows, paired, read_then_check };
+//   the disk, wherever it is (tests); for a selection or the check alone, as automatic;
+// - ring: a whole tensor through the load's io_uring ring wherever it is, on one thread or two,
+//   its check one step behind with `owner` (Note [Ring reads]; tests), as automatic where the
+//   kernel refuses io_uring.
+enum class ReadMethod { automatic, windows, paired, read_then_check, ring };
 
 // Reads from the dataset at `offset` of the file at `fd` every tile the selection touches (whole:
 // rows and columns outside the selection are summed too), checks each against `stored`, and puts

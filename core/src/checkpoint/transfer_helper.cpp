@@ -53,6 +53,7 @@ TransferHelper::TransferHelper() {
 }
 
 TransferHelper::~TransferHelper() {
+  ring_.reset();  // waits for the reads still under way (a load that threw keeps their memory)
   if (!helper_.joinable()) return;
   if (::getpid() != owner_) {  // a fork's child: the thread is its parent's
     helper_.detach();
@@ -129,7 +130,25 @@ void TransferHelper::defer(std::shared_ptr<SharedWork> check) {
   deferred_.push_back(std::move(check));
 }
 
+void TransferHelper::defer_behind(std::shared_ptr<SharedWork> work) {
+  std::shared_ptr<SharedWork> previous = std::exchange(behind_, work);
+  {
+    std::lock_guard lock(mutex_);
+    deferred_.push_back(std::move(work));
+  }
+  if (previous) previous->take_part(0);
+}
+
+RingReads* TransferHelper::ring() {
+  if (!ring_opened_) {
+    ring_opened_ = true;
+    ring_ = RingReads::open();
+  }
+  return ring_.get();
+}
+
 std::string TransferHelper::finish() {
+  if (behind_) std::exchange(behind_, nullptr)->take_part(0);
   std::unique_lock lock(mutex_);
   const std::deque<std::shared_ptr<SharedWork>> checks = std::exchange(deferred_, {});
   lock.unlock();

@@ -1,7 +1,8 @@
 // A second thread for one checkpoint load or save: it reads and checks whole tensors together
 // with the loading thread (Note [Paired reads] in tile_digests.h) and sums the tensors a save
 // writes while the saving thread writes them (Note [Summed beside the writes]). A load also asks
-// it which tensors are in the page cache, which decides how the two threads read them.
+// it which tensors are in the page cache, which decides how the two threads read them, and, with
+// one compute thread, takes its io_uring ring from it (Note [Ring reads]).
 #pragma once
 
 #include <sys/types.h>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "checkpoint/page_cache.h"
+#include "checkpoint/ring_reads.h"
 
 namespace megatron::checkpoint::detail {
 
@@ -36,11 +38,12 @@ class TransferHelper {
  public:
   // Starts the helper thread when two compute threads are allowed here (the compute threads
   // setting, and not inside a parallel region); otherwise active() is false. With one compute
-  // thread a load sums each window of a tensor from the disk right after reading it, while the
-  // kernel reads the next ones ahead (Note [Paired reads]): no second thread is needed.
+  // thread a load sums each tensor from the disk while the kernel reads the next one (through
+  // ring(), Note [Ring reads]) or each window right after reading it while the kernel reads the
+  // next ones ahead (Note [Paired reads]): no second thread is needed.
   TransferHelper();
-  // Drops the deferred work not started and joins the helper (in a fork's child, where it does
-  // not run, leaves it).
+  // Waits for the ring's reads under way, drops the deferred work not started and joins the
+  // helper (in a fork's child, where it does not run, leaves it).
   ~TransferHelper();
   TransferHelper(const TransferHelper&) = delete;
   TransferHelper& operator=(const TransferHelper&) = delete;
@@ -56,6 +59,10 @@ class TransferHelper {
   // Runs `work` on the helper after what was queued before it (without it: here, now);
   // finish() gives its verdict. What it reads must stay valid until then.
   void defer(std::shared_ptr<SharedWork> work);
+  // Runs `work` on the calling thread one step behind: at the next defer_behind() (after its
+  // caller has queued the next tensor's read: Note [Ring reads]) or in finish(), which gives its
+  // verdict in the order of all deferred work.
+  void defer_behind(std::shared_ptr<SharedWork> work);
   // Takes part in the deferred work not done yet and waits for it: the first damage among the
   // verdicts in the order the work was deferred, or "".
   std::string finish();
@@ -63,6 +70,9 @@ class TransferHelper {
   bool in_page_cache(int fd, std::uint64_t offset, std::uint64_t bytes) {
     return residency_.in_page_cache(fd, offset, bytes);
   }
+  // The load's io_uring ring (the loading thread's only), opened at the first call; null where
+  // the kernel refuses one (Note [Ring reads]).
+  RingReads* ring();
 
  private:
   void run();
@@ -75,9 +85,12 @@ class TransferHelper {
   // Jobs ever queued, and done (in order): changed under the mutex, read by spins without it.
   std::atomic<std::uint64_t> queued_{0}, done_{0};
   std::deque<std::shared_ptr<SharedWork>> deferred_;  // since the last finish(), in order
+  std::shared_ptr<SharedWork> behind_;                // defer_behind's, not run yet
   bool stop_ = false;
   pid_t owner_ = 0;
   ResidencyProbe residency_;
+  std::unique_ptr<RingReads> ring_;
+  bool ring_opened_ = false;  // tried
   std::thread helper_;
 };
 
