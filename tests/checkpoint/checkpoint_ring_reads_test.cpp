@@ -1,6 +1,7 @@
 // Reads queued through io_uring (RingReads, ring_reads.h): they put the file's bytes where asked,
-// from the disk or the page cache, in any order of waiting; a read past the file's end says so;
-// a ring destroyed with reads under way waits for them and keeps their memory alive until then.
+// from the disk or the page cache, one under way at a time, in any order of waiting; a read past
+// the file's end says so; one from a bad descriptor names the error; a ring destroyed with reads
+// under way waits for them and keeps their memory alive until then.
 // Where the kernel refuses io_uring (a seccomp filter, the sysctl) the tests skip and say so:
 // loads then read another way, which the tile-digest tests cover.
 #include <fcntl.h>
@@ -57,28 +58,47 @@ struct Owned {
   }
 };
 
-#define SKIP_WITHOUT_RING(ring)                                                              \
-  if (!(ring))                                                                               \
-  GTEST_SKIP() << "the kernel refuses io_uring here (kernel.io_uring_disabled or a seccomp " \
-                  "filter): loads read without it"
+// A synced file of kFileBytes open at fd_ and a ring, or the test skipped where the kernel
+// refuses io_uring.
+class RingReadsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fd_ = make_file(dir_);
+    ASSERT_GE(fd_, 0);
+    ring_ = RingReads::open();
+    if (!ring_) {
+      GTEST_SKIP() << "the kernel refuses io_uring here (kernel.io_uring_disabled or a seccomp "
+                      "filter): loads read without it";
+    }
+  }
+  void TearDown() override {
+    ring_.reset();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  testing::TempDir dir_;
+  int fd_ = -1;
+  std::unique_ptr<RingReads> ring_;
+};
 
-TEST(RingReads, PutTheFilesBytesWhereAskedInAnyOrderOfWaiting) {
-  testing::TempDir dir;
-  const int fd = make_file(dir);
-  ASSERT_GE(fd, 0);
-  const std::unique_ptr<RingReads> ring = RingReads::open();
-  SKIP_WITHOUT_RING(ring);
+TEST_F(RingReadsTest, PutTheFilesBytesWhereAskedInAnyOrderOfWaiting) {
+  const int fd = fd_;
+  RingReads* ring = ring_.get();
   for (const bool cold : {true, false}) {
     if (cold) {
       ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
     }
-    // Three reads queued at once (odd offsets and sizes), waited for last first.
+    // Three reads (odd offsets and sizes), each queued once the one before is done (one read
+    // under way at a time), waited for last first.
     std::vector<std::shared_ptr<Owned>> reads = {
         std::make_shared<Owned>(fd, 0, std::size_t(2) << 20),
         std::make_shared<Owned>(fd, 3000001, 1234567),
         std::make_shared<Owned>(fd, kFileBytes - 4099, 4099)};
-    for (const auto& r : reads)
-      ASSERT_TRUE(ring->submit(r->read, r));
+    for (std::size_t k = 0; k < reads.size(); ++k) {
+      ASSERT_TRUE(ring->submit(reads[k]->read, reads[k]));
+      if (k > 0) {
+        EXPECT_TRUE(reads[k - 1]->read.requests[0].done) << "read " << k - 1;
+      }
+    }
     EXPECT_EQ(ring->wait(reads[2]->read), "");
     EXPECT_EQ(ring->wait(reads[0]->read), "");
     EXPECT_EQ(ring->wait(reads[1]->read), "");
@@ -87,30 +107,22 @@ TEST(RingReads, PutTheFilesBytesWhereAskedInAnyOrderOfWaiting) {
     EXPECT_TRUE(reads[2]->holds(kFileBytes - 4099)) << "cold " << cold;
     EXPECT_EQ(reads[0]->read.requests.size(), 1u);  // one request under 1 GiB
   }
-  ::close(fd);
 }
 
-TEST(RingReads, AReadPastTheEndOfTheFileSaysSo) {
-  testing::TempDir dir;
-  const int fd = make_file(dir);
-  ASSERT_GE(fd, 0);
-  const std::unique_ptr<RingReads> ring = RingReads::open();
-  SKIP_WITHOUT_RING(ring);
+TEST_F(RingReadsTest, AReadPastTheEndOfTheFileSaysSo) {
+  const int fd = fd_;
+  RingReads* ring = ring_.get();
   const auto past = std::make_shared<Owned>(fd, kFileBytes - 1000, 5000);
   ASSERT_TRUE(ring->submit(past->read, past));
   EXPECT_EQ(ring->wait(past->read), "the file ends inside it");
   const auto closed = std::make_shared<Owned>(-1, 0, 100);  // not a descriptor
   ASSERT_TRUE(ring->submit(closed->read, closed));
   EXPECT_EQ(ring->wait(closed->read), "Bad file descriptor");
-  ::close(fd);
 }
 
-TEST(RingReads, ARingDestroyedWithReadsUnderWayWaitsForThemAndKeepsTheirMemory) {
-  testing::TempDir dir;
-  const int fd = make_file(dir);
-  ASSERT_GE(fd, 0);
-  std::unique_ptr<RingReads> ring = RingReads::open();
-  SKIP_WITHOUT_RING(ring);
+TEST_F(RingReadsTest, ARingDestroyedWithReadsUnderWayWaitsForThemAndKeepsTheirMemory) {
+  const int fd = fd_;
+  std::unique_ptr<RingReads>& ring = ring_;
   ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   // What the memory held when the ring let go of it.
   bool whole_at_release = false;
@@ -125,7 +137,6 @@ TEST(RingReads, ARingDestroyedWithReadsUnderWayWaitsForThemAndKeepsTheirMemory) 
   ring.reset();
   EXPECT_TRUE(watch.expired());
   EXPECT_TRUE(whole_at_release);  // the read was done before its memory was let go
-  ::close(fd);
 }
 
 }  // namespace
