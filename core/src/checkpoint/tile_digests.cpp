@@ -544,6 +544,8 @@ class TensorWindows {
   std::size_t count() const { return std::size_t((pieces_ + per_window_ - 1) / per_window_); }
   // Reads the whole tensor with one pread: "" or why it failed.
   std::string read_whole() const { return read_bytes(0, byte_of(pieces_)); }
+  // The whole tensor as one read for the ring (Note [Ring reads]).
+  RingRead whole_ring_read() const { return {fd_, offset_, tensor_, byte_of(pieces_), {}}; }
   // Reads windows [from, to) into the tensor with one pread: "" or why it failed.
   std::string read(std::size_t from, std::size_t to) const {
     return read_bytes(byte_of(first_piece(from)), byte_of(first_piece(to)));
@@ -792,12 +794,11 @@ std::uint64_t file_bytes(int fd) {
 // read and run while the disk reads the next one.
 class RingCheck : public SharedWork {
  public:
-  RingCheck(std::shared_ptr<const TensorWindows> windows, RingReads& ring, int fd, haddr_t offset,
-            char* tensor, std::size_t bytes, std::vector<std::uint32_t> stored, std::string name,
-            std::shared_ptr<const void> owner)
+  RingCheck(std::shared_ptr<const TensorWindows> windows, RingReads& ring,
+            std::vector<std::uint32_t> stored, std::string name, std::shared_ptr<const void> owner)
       : windows_(std::move(windows)),
         ring_(ring),
-        read_{fd, offset, tensor, bytes, {}},
+        read_(windows_->whole_ring_read()),
         stored_(std::move(stored)),
         name_(std::move(name)),
         owner_(std::move(owner)),
@@ -834,15 +835,13 @@ class RingCheck : public SharedWork {
 
 // Queues the read of a whole tensor on the ring and leaves its check one step behind (with
 // `owner`) or does it now: "" or the verdict; nullopt when the ring did not take the read.
-std::optional<std::string> read_through_ring(std::shared_ptr<const TensorWindows> windows, int fd,
-                                             haddr_t offset, std::uint64_t total,
+std::optional<std::string> read_through_ring(std::shared_ptr<const TensorWindows> windows,
                                              const std::vector<std::uint32_t>& stored,
                                              const std::string& name, TransferHelper& helper,
-                                             RingReads& ring, char* tensor,
+                                             RingReads& ring,
                                              const std::shared_ptr<const void>& owner) {
   const bool behind = owner != nullptr;
-  auto check = std::make_shared<RingCheck>(std::move(windows), ring, fd, offset, tensor,
-                                           std::size_t(total), stored, name, owner);
+  auto check = std::make_shared<RingCheck>(std::move(windows), ring, stored, name, owner);
   if (!ring.submit(check->read(), check)) return std::nullopt;
   if (behind) {
     helper.defer_behind(check);
@@ -897,8 +896,8 @@ std::string read_with_digests(int fd, haddr_t offset, const TileGrid& grid,
                           : nullptr;
     if (ring) {
       std::optional<std::string> verdict =
-          read_through_ring(std::make_shared<const TensorWindows>(fd, offset, grid, tensor), fd,
-                            offset, total, stored, name, *helper, *ring, tensor, owner);
+          read_through_ring(std::make_shared<const TensorWindows>(fd, offset, grid, tensor), stored,
+                            name, *helper, *ring, owner);
       if (verdict) return *verdict;
     }
     if (helper->active() && !cached) {
