@@ -10,7 +10,8 @@
 #include <benchmark/benchmark.h>
 
 #include "megatron/nn/init.h"
-#include "megatron/nn/transformer_layer.h"
+#include "megatron/nn/core_blocks.h"
+#include "megatron/nn/layer.h"
 
 namespace {
 
@@ -36,15 +37,13 @@ nn::TransformerConfig layer_config() {
 }
 
 // One layer of `kind`, forward + backward of a (seq, 1, h) input per iteration.
-void layer(benchmark::State& state, nn::LayerKind kind) {
+void layer(benchmark::State& state, const nn::BlockSpec& block) {
   const std::int64_t seq = state.range(0);
   Backend& be = backend_for(Device::cpu());
   ParameterSet params;
   nn::ParamFactory factory{params};
-  nn::TransformerLayer l;
-  nn::LayerSpec spec;
-  spec.kind = kind;
-  l.declare(factory, "layer", layer_config(), spec, 0);
+  nn::Layer l;
+  l.declare(factory, "layer", layer_config(), nn::LayerSpec{{block}}, 0);
   nn::initialize_parameters(be, params, 1);
   Tensor x = be.empty({seq, 1, kHidden}, DType::f32), dy = be.empty(x.shape(), DType::f32);
   be.fill_uniform(x, -1, 1, 2, 0);
@@ -53,7 +52,7 @@ void layer(benchmark::State& state, nn::LayerKind kind) {
   const nn::LayerContext ctx{be, false};
   const nn::LayerInputs inputs;
   for (auto _ : state) {
-    nn::TransformerLayer::Saved saved;
+    nn::Layer::Saved saved;
     l.forward(ctx, x, inputs, y, saved, true);
     l.backward(ctx, dy, inputs, saved, dx);
   }
@@ -63,10 +62,10 @@ void layer(benchmark::State& state, nn::LayerKind kind) {
 }
 
 void BM_MambaLayer(benchmark::State& state) {
-  layer(state, nn::LayerKind::mamba);
+  layer(state, nn::mamba_block());
 }
 void BM_AttentionLayer(benchmark::State& state) {
-  layer(state, nn::LayerKind::attention);
+  layer(state, nn::self_attention_block());
 }
 
 // The scan alone, forward + backward (bench/ssd_scan_torch.py's shape).

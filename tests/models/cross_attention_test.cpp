@@ -16,7 +16,8 @@
 #include "megatron/error.h"
 #include "megatron/nn/cross_attention.h"
 #include "megatron/nn/layer_stack.h"
-#include "megatron/nn/transformer_layer.h"
+#include "megatron/nn/core_blocks.h"
+#include "megatron/nn/layer.h"
 
 namespace megatron {
 namespace {
@@ -184,14 +185,14 @@ TEST(CrossAttention, ForwardMatchesPlainComputation) {
   xa.declare(f, "xa", config());
   randomize(params);
   nn::LayerInputs inputs;
-  inputs.memory_padding_mask = memory_padding();
+  inputs.set(nn::layer_input::memory_padding_mask, memory_padding());
   const Tensor x = random_tensor({kSq, kB, kH}, 1), memory = random_tensor({kSk, kB, kH}, 2);
   Tensor y = Tensor::empty({kSq, kB, kH}, DType::f64);
   nn::CrossAttention::Saved saved;
   xa.forward(nn::LayerContext{cpu(), false}, x, memory, inputs, 0, y, saved);
   const std::vector<double> got = y.to_vector<double>();
   const std::vector<double> want =
-      reference_cross_attention(params, x, memory, inputs.memory_padding_mask);
+      reference_cross_attention(params, x, memory, inputs.get(nn::layer_input::memory_padding_mask));
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;
@@ -213,7 +214,7 @@ TEST(CrossAttention, GradientsMatchFiniteDifferences) {
   xa.declare(f, "xa", config());
   randomize(params);
   nn::LayerInputs inputs;
-  inputs.memory_padding_mask = memory_padding();
+  inputs.set(nn::layer_input::memory_padding_mask, memory_padding());
   const nn::LayerContext ctx{cpu(), true, 7, 1};
   Tensor x = random_tensor({kSq, kB, kH}, 1), memory = random_tensor({kSk, kB, kH}, 2);
   const Tensor w = random_tensor({kSq, kB, kH}, 3);
@@ -274,7 +275,7 @@ TEST(CrossAttention, RefusesMismatchedMemoryAndMask) {
   Tensor y = Tensor::empty({kSq, kB, kH}, DType::f64);
   nn::CrossAttention::Saved saved;
   nn::LayerInputs inputs;
-  inputs.memory_padding_mask = memory_padding();
+  inputs.set(nn::layer_input::memory_padding_mask, memory_padding());
   const auto message = [&](const Tensor& memory) {
     try {
       xa.forward(ctx, x, memory, inputs, 0, y, saved);
@@ -298,13 +299,12 @@ TEST(CrossAttention, RefusesMismatchedMemoryAndMask) {
 TEST(DecoderLayer, GradientsMatchFiniteDifferences) {
   nn::TransformerConfig c = config();
   c.normalization = nn::NormKind::layernorm;
-  nn::LayerSpec spec;
-  spec.cross_attention = true;
-  EXPECT_EQ(nn::TransformerLayer::dropout_sites(spec), 5u);
-  EXPECT_EQ(nn::TransformerLayer::dropout_sites(nn::LayerSpec{}), 3u);
+  const nn::LayerSpec spec = nn::decoder_layer_spec(nn::AttentionMask::causal);
+  EXPECT_EQ(nn::Layer::dropout_sites(spec), 5u);
+  EXPECT_EQ(nn::Layer::dropout_sites(nn::transformer_layer_spec()), 3u);
   ParameterSet params;
   nn::ParamFactory f{params, Device::cpu(), DType::f64};
-  nn::TransformerLayer layer;
+  nn::Layer layer;
   layer.declare(f, "decoder.layers.0", c, spec, 2);
   std::vector<std::string> names;
   for (auto& p : params)
@@ -336,22 +336,22 @@ TEST(DecoderLayer, GradientsMatchFiniteDifferences) {
 
   Tensor x = random_tensor({kSq, kB, kH}, 1);
   nn::LayerInputs inputs;
-  inputs.memory = random_tensor({kSk, kB, kH}, 2);
-  inputs.memory_padding_mask = memory_padding();
+  inputs.set(nn::layer_input::memory, random_tensor({kSk, kB, kH}, 2));
+  inputs.set(nn::layer_input::memory_padding_mask, memory_padding());
   const nn::LayerContext ctx{cpu(), true, 7, 1};
   const Tensor w = random_tensor({kSq, kB, kH}, 3);
   const auto objective = [&] {
     Tensor y = Tensor::empty(x.shape(), DType::f64);
-    nn::TransformerLayer::Saved saved;
+    nn::Layer::Saved saved;
     layer.forward(ctx, x, inputs, y, saved, false);
     return dot(y, w);
   };
   Tensor y = Tensor::empty(x.shape(), DType::f64), dx = Tensor::empty(x.shape(), DType::f64);
-  nn::TransformerLayer::Saved saved;
+  nn::Layer::Saved saved;
   layer.forward(ctx, x, inputs, y, saved, true);
   EXPECT_EQ(y.to_vector<double>(), [&] {
     Tensor again = Tensor::empty(x.shape(), DType::f64);
-    nn::TransformerLayer::Saved unused;
+    nn::Layer::Saved unused;
     layer.forward(ctx, x, inputs, again, unused, false);
     return again.to_vector<double>();
   }());
@@ -360,12 +360,13 @@ TEST(DecoderLayer, GradientsMatchFiniteDifferences) {
   nn::LayerInputs no_grad = inputs;
   EXPECT_THROW(layer.backward(ctx, w, no_grad, saved, dx), Error);
 
-  Tensor dmemory = Tensor::zeros(inputs.memory.shape(), DType::f64);
-  inputs.memory_grad = &dmemory;
+  Tensor memory = inputs.get(nn::layer_input::memory);
+  Tensor dmemory = Tensor::zeros(memory.shape(), DType::f64);
+  inputs.collect_gradient(nn::layer_input::memory, dmemory);
   layer.backward(ctx, w, inputs, saved, dx);
   test::expect_gradients_match_finite_differences(params, objective);
   expect_input_gradient(x, dx, objective, "dx");
-  expect_input_gradient(inputs.memory, dmemory, objective, "dmemory");
+  expect_input_gradient(memory, dmemory, objective, "dmemory");
 }
 
 // T5's decoder self-attention (AttentionMask::causal_padding): a real position's output depends
@@ -375,11 +376,10 @@ TEST(DecoderLayer, CausalPaddingSelfAttentionSeesOnlyEarlierRealKeys) {
   c.normalization = nn::NormKind::layernorm;
   c.hidden_dropout = 0;
   c.attention_dropout = 0;
-  nn::LayerSpec spec;
-  spec.self_attention_mask = nn::AttentionMask::causal_padding;
+  const nn::LayerSpec spec = nn::transformer_layer_spec(nn::AttentionMask::causal_padding);
   ParameterSet params;
   nn::ParamFactory f{params, Device::cpu(), DType::f64};
-  nn::TransformerLayer layer;
+  nn::Layer layer;
   layer.declare(f, "decoder.layers.0", c, spec, 0);
   randomize(params);
 
@@ -388,11 +388,11 @@ TEST(DecoderLayer, CausalPaddingSelfAttentionSeesOnlyEarlierRealKeys) {
   std::vector<std::uint8_t> pad(static_cast<std::size_t>(kB * s), 0);
   pad[static_cast<std::size_t>(s + 4)] = pad[static_cast<std::size_t>(s + 5)] = 1;
   nn::LayerInputs inputs;
-  inputs.key_padding_mask = Tensor::from(pad, {kB, s});
+  inputs.set(nn::layer_input::key_padding_mask, Tensor::from(pad, {kB, s}));
   const nn::LayerContext ctx{cpu(), false, 7, 1};
   auto run = [&](const Tensor& x) {
     Tensor y = Tensor::empty(x.shape(), DType::f64);
-    nn::TransformerLayer::Saved saved;
+    nn::Layer::Saved saved;
     layer.forward(ctx, x, inputs, y, saved, false);
     return y.to_vector<double>();
   };
@@ -432,7 +432,7 @@ TEST(DecoderLayer, CausalPaddingSelfAttentionSeesOnlyEarlierRealKeys) {
     return sum;
   };
   Tensor y_keep = Tensor::empty(x.shape(), DType::f64), dx = Tensor::empty(x.shape(), DType::f64);
-  nn::TransformerLayer::Saved saved;
+  nn::Layer::Saved saved;
   layer.forward(ctx, x, inputs, y_keep, saved, true);
   layer.backward(ctx, w, inputs, saved, dx);
   test::expect_gradients_match_finite_differences(params, objective);
@@ -441,7 +441,7 @@ TEST(DecoderLayer, CausalPaddingSelfAttentionSeesOnlyEarlierRealKeys) {
   // Without a padding mask the layer refuses, naming it.
   nn::LayerInputs none;
   Tensor y3 = Tensor::empty(x.shape(), DType::f64);
-  nn::TransformerLayer::Saved unused;
+  nn::Layer::Saved unused;
   EXPECT_THROW(layer.forward(ctx, x, none, y3, unused, false), Error);
 }
 
@@ -453,9 +453,8 @@ TEST(DecoderLayer, StackWithRecomputation) {
   mc.transformer = config();
   mc.transformer.num_layers = 3;
   const nn::LayerStack::SpecFn spec = [](std::int64_t layer) {
-    nn::LayerSpec s;
-    s.cross_attention = layer > 0;
-    return s;
+    return layer > 0 ? nn::decoder_layer_spec(nn::AttentionMask::causal)
+                     : nn::transformer_layer_spec();
   };
   struct Run {
     std::vector<double> y, dx, dmemory;
@@ -472,9 +471,9 @@ TEST(DecoderLayer, StackWithRecomputation) {
     const nn::LayerContext ctx{cpu(), true, 7, 1};
     Tensor dmemory = Tensor::zeros({kSk, kB, kH}, DType::f64);
     nn::LayerInputs inputs;
-    inputs.memory = random_tensor({kSk, kB, kH}, 2);
-    inputs.memory_padding_mask = memory_padding();
-    inputs.memory_grad = &dmemory;
+    inputs.set(nn::layer_input::memory, random_tensor({kSk, kB, kH}, 2));
+    inputs.set(nn::layer_input::memory_padding_mask, memory_padding());
+    inputs.collect_gradient(nn::layer_input::memory, dmemory);
     nn::LayerStack::State state;
     const Tensor y =
         stack.forward(ctx, 0, random_tensor({kSq, kB, kH}, 1), inputs, true, state, {});

@@ -14,7 +14,8 @@
 #include "megatron/nn/embedding.h"
 #include "megatron/nn/lm_loss.h"
 #include "megatron/nn/mlp.h"
-#include "megatron/nn/transformer_layer.h"
+#include "megatron/nn/core_blocks.h"
+#include "megatron/nn/layer.h"
 #include "tp_test_util.h"
 
 namespace megatron::tp_test {
@@ -128,7 +129,8 @@ void run_attention(bool gqa_rotary, const nn::TensorParallelism& tp) {
     c.rotary_dim = 4;
     rotary = nn::make_rotary_tables(kS, 4, 10000, DType::f32);
   }
-  const nn::LayerInputs inputs{rotary ? &*rotary : nullptr, Tensor(), Tensor()};
+  nn::LayerInputs inputs;
+  inputs.set_rotary(rotary ? &*rotary : nullptr);
   ParameterSet full, split;
   nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
   nn::SelfAttention af, as;
@@ -173,10 +175,10 @@ TEST_P(TpLayers, TransformerLayerWithHiddenDropout) {
   c.normalization = nn::NormKind::rmsnorm;
   ParameterSet full, split;
   nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
-  nn::TransformerLayer lf, ls;
+  nn::Layer lf, ls;
   // Dropout sites 4..6: those of layer 1 behind the embedding's site 0.
-  lf.declare(ff, "layer", c, nn::LayerSpec{}, 4);
-  ls.declare(sf, "layer", c, nn::LayerSpec{}, 4);
+  lf.declare(ff, "layer", c, nn::transformer_layer_spec(), 4);
+  ls.declare(sf, "layer", c, nn::transformer_layer_spec(), 4);
   for (auto& p : split)
     EXPECT_EQ(p->sequence_parallel, tp.sp() && p->partition_dim < 0) << p->name;
   init_and_randomize(full, split);
@@ -184,14 +186,14 @@ TEST_P(TpLayers, TransformerLayerWithHiddenDropout) {
   const nn::LayerContext ctx{cpu(), true, 5, 3};
   const Tensor x = random_tensor({kS, kB, kH}, 5), dy = random_tensor({kS, kB, kH}, 6);
   Tensor y = empty_like(x), dx = empty_like(x);
-  nn::TransformerLayer::Saved saved;
+  nn::Layer::Saved saved;
   const nn::LayerInputs inputs;  // no rotary, causal
   lf.forward(ctx, x, inputs, y, saved, true);
   lf.backward(ctx, dy, inputs, saved, dx);
 
   const Tensor xs = local(x, tp), dys = local(dy, tp);
   Tensor ys = empty_like(xs), dxs = empty_like(xs);
-  nn::TransformerLayer::Saved ssaved;
+  nn::Layer::Saved ssaved;
   ls.forward(ctx, xs, inputs, ys, ssaved, true);
   ls.backward(ctx, dys, inputs, ssaved, dxs);
   expect_close(ys, local(y, tp), kTol, "layer output");
@@ -220,7 +222,7 @@ TEST_P(TpLayers, CrossAttention) {
   as.declare(sf, "cross_attention", c);
   init_and_randomize(full, split);
   nn::LayerInputs inputs;
-  inputs.memory_padding_mask = memory_padding();
+  inputs.set(nn::layer_input::memory_padding_mask, memory_padding());
 
   const nn::LayerContext ctx{cpu()};
   const Tensor x = random_tensor({kS, kB, kH}, 3), dy = random_tensor({kS, kB, kH}, 4);
@@ -248,11 +250,10 @@ TEST_P(TpLayers, DecoderLayerWithHiddenDropout) {
   const nn::TensorParallelism tp = this->tp();
   nn::TransformerConfig c = small_config();
   c.hidden_dropout = 0.2f;
-  nn::LayerSpec spec;
-  spec.cross_attention = true;
+  const nn::LayerSpec spec = nn::decoder_layer_spec(nn::AttentionMask::causal);
   ParameterSet full, split;
   nn::ParamFactory ff{full}, sf{split, Device::cpu(), DType::f32, tp};
-  nn::TransformerLayer lf, ls;
+  nn::Layer lf, ls;
   lf.declare(ff, "layer", c, spec, 4);
   ls.declare(sf, "layer", c, spec, 4);
   init_and_randomize(full, split);
@@ -262,21 +263,21 @@ TEST_P(TpLayers, DecoderLayerWithHiddenDropout) {
   const Tensor memory = random_tensor({kSk, kB, kH}, 13);
   Tensor dmemory = Tensor::zeros(memory.shape(), DType::f32);
   nn::LayerInputs inputs;
-  inputs.memory = memory;
-  inputs.memory_padding_mask = memory_padding();
-  inputs.memory_grad = &dmemory;
+  inputs.set(nn::layer_input::memory, memory);
+  inputs.set(nn::layer_input::memory_padding_mask, memory_padding());
+  inputs.collect_gradient(nn::layer_input::memory, dmemory);
   Tensor y = empty_like(x), dx = empty_like(x);
-  nn::TransformerLayer::Saved saved;
+  nn::Layer::Saved saved;
   lf.forward(ctx, x, inputs, y, saved, true);
   lf.backward(ctx, dy, inputs, saved, dx);
 
   Tensor dms = Tensor::zeros(local(memory, tp).shape(), DType::f32);
   nn::LayerInputs sinputs = inputs;
-  sinputs.memory = local(memory, tp);
-  sinputs.memory_grad = &dms;
+  sinputs.set(nn::layer_input::memory, local(memory, tp));
+  sinputs.collect_gradient(nn::layer_input::memory, dms);
   const Tensor xs = local(x, tp), dys = local(dy, tp);
   Tensor ys = empty_like(xs), dxs = empty_like(xs);
-  nn::TransformerLayer::Saved ssaved;
+  nn::Layer::Saved ssaved;
   ls.forward(ctx, xs, sinputs, ys, ssaved, true);
   ls.backward(ctx, dys, sinputs, ssaved, dxs);
   expect_close(ys, local(y, tp), kTol, "decoder layer output");

@@ -53,13 +53,11 @@ AttentionParams SelfAttention::params(const LayerContext& ctx, const LayerInputs
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.kv_channels)));
   p.causal = mask_ == AttentionMask::causal || mask_ == AttentionMask::causal_padding;
   if (mask_ == AttentionMask::padding || mask_ == AttentionMask::causal_padding) {
-    if (!inputs.key_padding_mask.defined()) {
-      throw Error("self-attention with a padding mask: the micro-batch gave no key padding mask");
-    }
-    p.key_padding_mask = inputs.key_padding_mask;
+    p.key_padding_mask =
+        inputs.require(layer_input::key_padding_mask, "self-attention with a padding mask");
   }
-  p.first_key = inputs.first_key;
-  p.bias = inputs.attention_bias;
+  p.first_key = inputs.get(layer_input::first_key);
+  p.bias = inputs.get(layer_input::attention_bias);
   p.dropout_p = ctx.training ? config_.attention_dropout : 0.0f;
   p.seed = ctx.seed;
   // Attention dropout is inside the tensor-parallel region: each rank's probabilities (B, heads,
@@ -71,7 +69,7 @@ AttentionParams SelfAttention::params(const LayerContext& ctx, const LayerInputs
 
 void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
                             std::uint64_t dropout_site, Tensor& y, Saved& saved) const {
-  const RotaryTables* rotary = inputs.rotary;
+  const Tensor cos = inputs.get(layer_input::rotary_cos), sin = inputs.get(layer_input::rotary_sin);
   Backend& be = ctx.backend;
   const std::int64_t s_in = x.size(0), b = x.size(1), h = x.size(2), rows_in = s_in * b;
   const std::int64_t s = tp_full_rows(tp_, s_in), rows = s * b;
@@ -92,10 +90,10 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Laye
   be.copy(grouped.slice(3, r * hn, hn), saved.k);
   saved.v = be.empty({s, b, ng, hn}, dt);
   be.copy(grouped.slice(3, (r + 1) * hn, hn), saved.v);
-  if (rotary) {
+  if (cos.defined()) {
     Tensor q4 = bshd(saved.q), k4 = bshd(saved.k);
-    be.rotary_forward(q4, rotary->cos, rotary->sin, q4);
-    be.rotary_forward(k4, rotary->cos, rotary->sin, k4);
+    be.rotary_forward(q4, cos, sin, q4);
+    be.rotary_forward(k4, cos, sin, k4);
   }
 
   saved.out = be.empty({s, b, np, hn}, dt);
@@ -110,7 +108,7 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Laye
 void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
                              const LayerInputs& inputs, std::uint64_t dropout_site,
                              const Saved& saved, Tensor& dx) const {
-  const RotaryTables* rotary = inputs.rotary;
+  const Tensor cos = inputs.get(layer_input::rotary_cos), sin = inputs.get(layer_input::rotary_sin);
   Backend& be = ctx.backend;
   const std::int64_t s_in = x.size(0), b = x.size(1), h = x.size(2), rows_in = s_in * b;
   const std::int64_t s = tp_full_rows(tp_, s_in), rows = s * b;
@@ -126,22 +124,19 @@ void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Ten
   Tensor dq = be.empty({s, b, np, hn}, dt), dk = be.empty({s, b, ng, hn}, dt),
          dv = be.empty({s, b, ng, hn}, dt);
   Tensor dq4 = bshd(dq), dk4 = bshd(dk), dv4 = bshd(dv);
-  Tensor dbias;
-  if (inputs.attention_bias.defined()) {
-    if (!inputs.attention_bias_grad) {
-      throw Error(
-          "self-attention with an attention bias: the micro-batch gave nowhere to add its "
-          "gradient (LayerInputs::attention_bias_grad)");
-    }
-    dbias = be.empty(inputs.attention_bias.shape(), inputs.attention_bias.dtype());
+  const Tensor bias = inputs.get(layer_input::attention_bias);
+  Tensor dbias, dbias_sum;
+  if (bias.defined()) {
+    dbias_sum = inputs.gradient(layer_input::attention_bias, "self-attention with an attention bias");
+    dbias = be.empty(bias.shape(), bias.dtype());
   }
   be.attention_backward(bshd(dctx), bshd(saved.q), bshd(saved.k), bshd(saved.v), bshd(saved.out),
                         saved.lse, params(ctx, inputs, dropout_site, s, b), dq4, dk4, dv4,
                         dbias.defined() ? &dbias : nullptr);
-  if (dbias.defined()) be.axpy(1.0, dbias, *inputs.attention_bias_grad);
-  if (rotary) {
-    be.rotary_backward(dq4, rotary->cos, rotary->sin, dq4);
-    be.rotary_backward(dk4, rotary->cos, rotary->sin, dk4);
+  if (dbias.defined()) be.axpy(1.0, dbias, dbias_sum);
+  if (cos.defined()) {
+    be.rotary_backward(dq4, cos, sin, dq4);
+    be.rotary_backward(dk4, cos, sin, dk4);
   }
 
   Tensor dmixed = be.empty({s, b, qkv_local_}, dt);

@@ -47,13 +47,12 @@ void CrossAttention::declare(ParamFactory& factory, const std::string& prefix,
 
 void CrossAttention::check_shapes(const Tensor& x, const Tensor& memory,
                                   const LayerInputs& inputs) const {
+  const Tensor mask = inputs.get(layer_input::memory_padding_mask);
   const auto fail = [&](const std::string& what) {
     throw Error("cross-attention: " + what + " (x " + shape_str(x.shape()) + ", memory " +
                 (memory.defined() ? shape_str(memory.shape()) : std::string("undefined")) +
                 ", memory padding mask " +
-                (inputs.memory_padding_mask.defined()
-                     ? shape_str(inputs.memory_padding_mask.shape())
-                     : std::string("undefined")) +
+                (mask.defined() ? shape_str(mask.shape()) : std::string("undefined")) +
                 ")");
   };
   if (!memory.defined()) fail("no encoder output (memory) given");
@@ -62,7 +61,6 @@ void CrossAttention::check_shapes(const Tensor& x, const Tensor& memory,
   if (memory.size(2) != config_.hidden_size || x.size(2) != config_.hidden_size)
     fail("hidden size differs from hidden_size " + std::to_string(config_.hidden_size));
   if (memory.dtype() != x.dtype()) fail("memory's dtype differs from x's");
-  const Tensor& mask = inputs.memory_padding_mask;
   if (mask.defined() &&
       (mask.dim() != 2 || mask.size(0) != x.size(1) ||
        mask.size(1) != tp_full_rows(tp_, memory.size(0)) || mask.dtype() != DType::u8)) {
@@ -76,7 +74,7 @@ AttentionParams CrossAttention::params(const LayerContext& ctx, const LayerInput
   AttentionParams p;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.kv_channels)));
   p.causal = false;
-  p.key_padding_mask = inputs.memory_padding_mask;
+  p.key_padding_mask = inputs.get(layer_input::memory_padding_mask);
   p.dropout_p = ctx.training ? config_.attention_dropout : 0.0f;
   p.seed = ctx.seed;
   // As in self-attention: each rank's probabilities (B, heads, Sq, Sk) take their own block of

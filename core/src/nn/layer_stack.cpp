@@ -13,7 +13,8 @@ void LayerStack::declare(ParamFactory& factory, const std::string& prefix,
                          const std::vector<LayerRange>& chunks, std::uint64_t first_dropout_site) {
   num_layers_ = config.transformer.num_layers;
   chunks_ = chunks.empty() ? std::vector<LayerRange>{{0, num_layers_}} : chunks;
-  layers_.assign(static_cast<std::size_t>(num_layers_), {});
+  layers_.clear();
+  layers_.resize(static_cast<std::size_t>(num_layers_));
   layer_params_.assign(layers_.size(), {});
   units_.clear();
   // Every layer's sites are numbered whether this rank holds it or not.
@@ -21,7 +22,7 @@ void LayerStack::declare(ParamFactory& factory, const std::string& prefix,
   total_sites_ = 0;
   for (std::int64_t i = 0; i < num_layers_; ++i) {
     first_site[static_cast<std::size_t>(i)] = first_dropout_site + total_sites_;
-    total_sites_ += TransformerLayer::dropout_sites(spec(i));
+    total_sites_ += Layer::dropout_sites(spec(i));
   }
   for (const LayerRange& r : chunks_) {
     if (r.count < 1 || r.first < 0 || r.first + r.count > num_layers_) {
@@ -72,7 +73,8 @@ Tensor LayerStack::forward(const LayerContext& ctx, int chunk, Tensor x, const L
                            bool keep, State& state, const StepOptions& options) const {
   const LayerRange& range = chunks_.at(static_cast<std::size_t>(chunk));
   const std::vector<Unit>& units = units_[static_cast<std::size_t>(chunk)];
-  state.saved.assign(static_cast<std::size_t>(range.count), {});
+  state.saved.clear();
+  state.saved.resize(static_cast<std::size_t>(range.count));
   state.unit_inputs.assign(units.size(), {});
   for (std::size_t u = 0; u < units.size(); ++u) {
     if (keep) state.unit_inputs[u] = x;

@@ -19,11 +19,13 @@ LayerStackModel::LayerStackModel(ModelConfig config, std::string name, std::stri
       final_norm_name_(std::move(final_norm)) {}
 
 LayerSpec LayerStackModel::layer_spec(std::int64_t) const {
-  return {};
+  return transformer_layer_spec(AttentionMask::causal);
 }
 
 LayerInputs LayerStackModel::layer_inputs(const LayerContext&, const Batch&) {
-  return {rotary_tables(), Tensor(), Tensor()};
+  LayerInputs inputs;
+  inputs.set_rotary(rotary_tables());
+  return inputs;
 }
 
 Tensor sequence_major(Backend& be, const Tensor& batch_major) {

@@ -98,7 +98,7 @@ void BertModel::prepare(const ModelBuildInfo& info) {
 }
 
 nn::LayerSpec BertModel::layer_spec(std::int64_t) const {
-  return {nn::AttentionMask::padding};
+  return nn::transformer_layer_spec(nn::AttentionMask::padding);
 }
 
 std::uint64_t BertModel::declare_pre_process(nn::ParamFactory& factory) {
@@ -152,9 +152,9 @@ Parameter& BertModel::output_weight() {
 
 nn::LayerInputs BertModel::layer_inputs(const nn::LayerContext& ctx, const Batch& batch) {
   nn::LayerInputs inputs;
-  inputs.rotary = rotary_tables();
-  inputs.key_padding_mask =
-      nn::key_padding_from_mask(ctx.backend, sequences(batch, "padding_mask"));
+  inputs.set_rotary(rotary_tables());
+  inputs.set(nn::layer_input::key_padding_mask,
+             nn::key_padding_from_mask(ctx.backend, sequences(batch, "padding_mask")));
   return inputs;
 }
 

@@ -37,11 +37,13 @@ SampleSpec GptModel::input_fields() const {
 }
 
 nn::LayerInputs GptModel::layer_inputs(const nn::LayerContext& ctx, const Batch& batch) {
-  nn::LayerInputs inputs{rotary_tables(), Tensor(), Tensor()};
+  nn::LayerInputs inputs;
+  inputs.set_rotary(rotary_tables());
   if (batch.has("attention_mask")) {  // (B, S): the first position each token may attend to
     const Tensor& first = batch["attention_mask"];
-    inputs.first_key = ctx.backend.empty(first.shape(), DType::i32);
-    ctx.backend.copy(first, inputs.first_key);
+    Tensor first_key = ctx.backend.empty(first.shape(), DType::i32);
+    ctx.backend.copy(first, first_key);
+    inputs.set(nn::layer_input::first_key, first_key);
   }
   return inputs;
 }

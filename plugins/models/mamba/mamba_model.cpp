@@ -11,20 +11,15 @@ MambaModel::MambaModel(MambaConfig config)
       layers_(std::move(config.layers)) {}
 
 nn::LayerSpec MambaModel::layer_spec(std::int64_t layer) const {
-  nn::LayerSpec spec;
-  spec.fused_norm_names = true;
+  // Megatron-core's hybrid stack: one-block layers, their norms named as TE's fused ones.
   switch (layers_.kinds.at(static_cast<std::size_t>(layer))) {
     case 'M':
-      spec.kind = nn::LayerKind::mamba;
-      break;
+      return {{nn::mamba_block(nn::NormNames::fused)}};
     case '*':
-      spec.kind = nn::LayerKind::attention;
-      break;
+      return {{nn::self_attention_block(nn::AttentionMask::causal, nn::NormNames::fused)}};
     default:
-      spec.kind = nn::LayerKind::mlp;
-      break;
+      return {{nn::mlp_block(nn::NormNames::fused)}};
   }
-  return spec;
 }
 
 std::string MambaModel::describe() const {

@@ -179,7 +179,8 @@ void T5Model::declare_all(nn::ParamFactory& factory, const StageRole& role, int 
   embedding_ = nn::Embedding();
   word_copy_ = nullptr;
   encoder_bias_ = decoder_bias_ = nn::RelativePositionBias();
-  encoder_ = decoder_ = nn::LayerStack();
+  encoder_ = nn::LayerStack();
+  decoder_ = nn::LayerStack();
   encoder_norm_ = decoder_norm_ = nn::Norm();
   output_layer_weight_ = output_bias_ = nullptr;
 
@@ -207,8 +208,8 @@ void T5Model::declare_all(nn::ParamFactory& factory, const StageRole& role, int 
     share(decoder_bias_.table, range(split_rank_, pp_size));
   }
   const std::size_t after_pre = ps.size();
-  const nn::LayerSpec encoder_spec{nn::AttentionMask::padding};
-  const nn::LayerSpec decoder_spec{nn::AttentionMask::causal_padding, true};
+  const nn::LayerSpec encoder_spec = nn::transformer_layer_spec(nn::AttentionMask::padding);
+  const nn::LayerSpec decoder_spec = nn::decoder_layer_spec(nn::AttentionMask::causal_padding);
   if (role.encoder.count > 0) {
     encoder_.declare(
         factory, "encoder.layers", stack_config(config_.encoder_num_layers),
@@ -223,7 +224,7 @@ void T5Model::declare_all(nn::ParamFactory& factory, const StageRole& role, int 
   if (role.decoder.count > 0) {
     const std::uint64_t decoder_sites =
         first_layer_site + static_cast<std::uint64_t>(config_.encoder_num_layers) *
-                               nn::TransformerLayer::dropout_sites(encoder_spec);
+                               nn::Layer::dropout_sites(encoder_spec);
     decoder_.declare(
         factory, "decoder.layers", stack_config(config_.decoder_num_layers),
         [&](std::int64_t) { return decoder_spec; }, {role.decoder}, decoder_sites);
@@ -302,25 +303,27 @@ Tensor T5Model::forward_stack(const nn::LayerContext& ctx, bool encoder, const B
 
   nn::LayerInputs& in = run.inputs;
   const auto& rotary = encoder ? encoder_rotary_ : decoder_rotary_;
-  in.rotary = rotary ? &*rotary : nullptr;
-  in.key_padding_mask = nn::key_padding_from_mask(be, batch[encoder ? "enc_mask" : "dec_mask"]);
+  in.set_rotary(rotary ? &*rotary : nullptr);
+  in.set(nn::layer_input::key_padding_mask,
+         nn::key_padding_from_mask(be, batch[encoder ? "enc_mask" : "dec_mask"]));
   if (config_.model.position_embedding == nn::PositionEmbedding::relative) {
-    in.attention_bias = (encoder ? encoder_bias_ : decoder_bias_).forward(ctx, s, s);
+    const Tensor bias = (encoder ? encoder_bias_ : decoder_bias_).forward(ctx, s, s);
+    in.set(nn::layer_input::attention_bias, bias);
     if (options.backward) {
-      run.bias_grad = be.empty(in.attention_bias.shape(), in.attention_bias.dtype());
+      run.bias_grad = be.empty(bias.shape(), bias.dtype());
       be.fill(run.bias_grad, 0.0);
-      in.attention_bias_grad = &run.bias_grad;
+      in.collect_gradient(nn::layer_input::attention_bias, run.bias_grad);
     }
   }
   if (!encoder) {
-    in.memory = p.memory;
+    in.set(nn::layer_input::memory, p.memory);
     // The encoder's key padding, converted once when this stage ran the encoder too.
-    in.memory_padding_mask = p.encoder.inputs.key_padding_mask.defined()
-                                 ? p.encoder.inputs.key_padding_mask
-                                 : nn::key_padding_from_mask(be, batch["enc_mask"]);
-    // Every decoder layer's cross-attention adds its gradient w.r.t. the memory here (p is
-    // pending_'s own node, so the address stays valid until backward).
-    in.memory_grad = options.backward ? &p.dmemory : nullptr;
+    const Tensor encoder_padding = p.encoder.inputs.get(nn::layer_input::key_padding_mask);
+    in.set(nn::layer_input::memory_padding_mask,
+           encoder_padding.defined() ? encoder_padding
+                                     : nn::key_padding_from_mask(be, batch["enc_mask"]));
+    // Every decoder layer's cross-attention adds its gradient w.r.t. the memory here.
+    if (options.backward) in.collect_gradient(nn::layer_input::memory, p.dmemory);
   }
   const nn::LayerStack& stack = encoder ? encoder_ : decoder_;
   return stack.forward(ctx, 0, x, in, options.backward, run.state, options);

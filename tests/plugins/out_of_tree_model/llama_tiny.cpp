@@ -5,6 +5,10 @@
 // grouped-query attention, no linear biases, no dropout, an untied output layer. Its [model]
 // table is the shared transformer schema (nn::declare_model_config) with LLaMA's defaults.
 // It reads the GPT dataset's fields, so it trains on any [data] type = "gpt".
+//
+// With `parallel_attention_mlp = true` every layer is one block of a kind this plugin adds to the
+// SDK's open layer vocabulary: GPT-J's parallel layer, x + Attn(LN(x)) + MLP(LN(x)), built from
+// the core's SelfAttention and Mlp behind one norm.
 #include <memory>
 #include <sstream>
 #include <string>
@@ -12,6 +16,7 @@
 
 #include "megatron/config/schema.h"
 #include "megatron/error.h"
+#include "megatron/nn/core_blocks.h"
 #include "megatron/nn/embedding.h"
 #include "megatron/nn/layer_stack_model.h"
 #include "megatron/nn/lm_loss.h"
@@ -39,7 +44,58 @@ void declare_config(TableSchema& schema) {
       .set_default("position_embedding_type", std::string("rope"))
       .set_choices("position_embedding_type", {"rope"},  // no learned position table
                    "position encoding (rotary only)");
+  schema.boolean("parallel_attention_mlp", false,
+                 "GPT-J's parallel layer: attention and MLP side by side behind one norm");
 }
+
+// ---- a block kind of this plugin's own ----------------------------------------------------------
+
+// GPT-J's parallel attention + MLP: both read the same normed input and their outputs are summed
+// before the block's dropout and residual. Parameters `<layer>.self_attention.*`, `<layer>.mlp.*`.
+class ParallelAttentionMlp final : public nn::Mixer {
+ public:
+  struct State : Saved {
+    nn::SelfAttention::Saved attention;
+    nn::Mlp::Saved mlp;
+  };
+  std::uint64_t dropout_sites() const override { return 1; }  // the attention probabilities
+  std::vector<std::string> gradient_inputs() const override {
+    return {nn::layer_input::attention_bias};
+  }
+  void declare(nn::ParamFactory& factory, const std::string& prefix,
+               const nn::TransformerConfig& config) override {
+    attention_.declare(factory, prefix + ".self_attention", config, nn::AttentionMask::causal);
+    mlp_.declare(factory, prefix + ".mlp", config);
+  }
+  std::unique_ptr<Saved> forward(const nn::LayerContext& ctx, const mt::Tensor& x,
+                                 const nn::LayerInputs& inputs, std::uint64_t first_site,
+                                 mt::Tensor& y) const override {
+    auto state = std::make_unique<State>();
+    attention_.forward(ctx, x, inputs, first_site, y, state->attention);
+    mt::Tensor m = ctx.backend.empty(x.shape(), x.dtype());
+    mt::Tensor m_rows = rows(m);
+    mlp_.forward(ctx, rows(x), m_rows, state->mlp);
+    ctx.backend.add(y, m, y);
+    return state;
+  }
+  void backward(const nn::LayerContext& ctx, const mt::Tensor& x, const mt::Tensor& dy,
+                const nn::LayerInputs& inputs, std::uint64_t first_site, Saved& saved,
+                mt::Tensor& dx) const override {
+    State& state = static_cast<State&>(saved);
+    attention_.backward(ctx, x, dy, inputs, first_site, state.attention, dx);
+    mt::Tensor dx_mlp = ctx.backend.empty(x.shape(), x.dtype());
+    mt::Tensor dx_mlp_rows = rows(dx_mlp);
+    mlp_.backward(ctx, rows(x), rows(dy), state.mlp, dx_mlp_rows);
+    ctx.backend.add(dx, dx_mlp, dx);
+  }
+
+ private:
+  static mt::Tensor rows(const mt::Tensor& t) {
+    return t.view({t.size(0) * t.size(1), t.size(2)});
+  }
+  nn::SelfAttention attention_;
+  nn::Mlp mlp_;
+};
 
 // ---- the model --------------------------------------------------------------------------------
 
@@ -56,8 +112,9 @@ struct HeadState : nn::LayerStackModel::ProcessState {
 
 class LlamaTiny final : public nn::LayerStackModel {
  public:
-  explicit LlamaTiny(nn::ModelConfig config)
-      : LayerStackModel(std::move(config), "llama_tiny", "decoder") {}
+  LlamaTiny(nn::ModelConfig config, bool parallel_layers)
+      : LayerStackModel(std::move(config), "llama_tiny", "decoder"),
+        parallel_layers_(parallel_layers) {}
 
   // The GPT dataset's fields.
   mt::SampleSpec input_fields() const override {
@@ -74,11 +131,21 @@ class LlamaTiny final : public nn::LayerStackModel {
         << tc.kv_channels << "), ffn " << tc.ffn_hidden_size << (tc.swiglu ? " swiglu" : " gelu")
         << ", " << (tc.normalization == nn::NormKind::rmsnorm ? "RMSNorm" : "LayerNorm")
         << ", rope dim " << tc.rotary_dim << ", vocab " << info().vocab_size << " padded to "
-        << padded_vocab_ << ", seq " << info().seq_length;
+        << padded_vocab_ << ", seq " << info().seq_length
+        << (parallel_layers_ ? ", parallel attention + MLP layers" : "");
     return describe_layout(out.str());
   }
 
  protected:
+  nn::LayerSpec layer_spec(std::int64_t) const override {
+    if (!parallel_layers_) return nn::transformer_layer_spec(nn::AttentionMask::causal);
+    // Empty block name: the kind names its submodules under the layer itself.
+    return {{nn::BlockSpec{"",
+                           {"input_layernorm", false},
+                           [] { return std::make_unique<ParallelAttentionMlp>(); },
+                           {}}}};
+  }
+
   // Positions need nothing here: the base builds the rotary tables from the config (rotary_dim)
   // and hands them to every layer.
   std::uint64_t declare_pre_process(nn::ParamFactory& factory) override {
@@ -142,6 +209,7 @@ class LlamaTiny final : public nn::LayerStackModel {
     return output_layer_ ? *output_layer_ : *embedding_.word_embeddings;
   }
 
+  bool parallel_layers_ = false;
   nn::Embedding embedding_;                // first virtual stage
   mt::Parameter* output_layer_ = nullptr;  // output_layer.weight (or a tied copy)
 };
@@ -149,7 +217,8 @@ class LlamaTiny final : public nn::LayerStackModel {
 // ---- the plugin -------------------------------------------------------------------------------
 
 std::unique_ptr<mt::Plugin> create(mt::PluginContext& ctx) {
-  return std::make_unique<LlamaTiny>(nn::parse_model_config(ctx.config));
+  return std::make_unique<LlamaTiny>(nn::parse_model_config(ctx.config),
+                                     ctx.config.boolean("parallel_attention_mlp"));
 }
 
 const mt::PluginDescriptor* describe() {

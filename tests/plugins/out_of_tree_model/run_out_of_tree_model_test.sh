@@ -23,7 +23,8 @@ reject() {  # reject FILE PATTERN
 echo "== install into $prefix"
 cmake --install "$build_dir" --prefix "$prefix" > "$work/install.log"
 [ -x "$app" ] || fail "no installed host"
-for header in plugin.h nn/layer_stack_model.h nn/model_config.h nn/embedding.h nn/lm_loss.h; do
+for header in plugin.h nn/layer_stack_model.h nn/model_config.h nn/embedding.h nn/lm_loss.h \
+  nn/block.h nn/core_blocks.h; do
   [ -f "$prefix/include/megatron/$header" ] || fail "installed SDK lacks megatron/$header"
 done
 [ -f "$prefix/lib/cmake/megatron/megatronConfig.cmake" ] || fail "no installed package config"
@@ -135,6 +136,25 @@ expect "$work/inspect.out" "model/decoder\.layers\.0\.mlp\.linear_fc1\.weight +\
 expect "$work/inspect.out" "model/output_layer\.weight +\[50304, 64\]"
 expect "$work/inspect.out" "type = \"llama_tiny\""
 expect "$work/inspect.out" "normalization = \"RMSNorm\""
+
+echo "== GPT-J's parallel layer, a block kind of the plugin's own, trains the same way"
+"$app" --config "$work/llama_tiny.toml" --set model.parallel_attention_mlp=true \
+  --set checkpoint.save="$work/checkpoints_parallel" > "$work/train_parallel.out" 2>&1 \
+  || { cat "$work/train_parallel.out"; fail "training the parallel layers failed"; }
+expect "$work/train_parallel.out" "parallel attention \+ MLP layers"
+grep -E "iteration +[0-9]+/ +6 .* lm loss: " "$work/train_parallel.out" > "$work/losses_parallel.txt" \
+  || { cat "$work/train_parallel.out"; fail "no lm loss lines (parallel layers)"; }
+first=$(loss_of "$(head -n1 "$work/losses_parallel.txt")")
+last=$(loss_of "$(tail -n1 "$work/losses_parallel.txt")")
+echo "parallel layers: lm loss iteration 1 $first, iteration 6 $last"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not fall ($first -> $last)"
+"$app" inspect "$work/checkpoints_parallel" > "$work/inspect_parallel.out" 2>&1 \
+  || { cat "$work/inspect_parallel.out"; fail "inspect failed (parallel layers)"; }
+# One norm per layer in front of both: no pre_mlp_layernorm.
+expect "$work/inspect_parallel.out" "model/decoder\.layers\.1\.input_layernorm\.weight +\[64\]"
+expect "$work/inspect_parallel.out" "model/decoder\.layers\.1\.self_attention\.linear_qkv\.weight +\[128, 64\]"
+expect "$work/inspect_parallel.out" "model/decoder\.layers\.1\.mlp\.linear_fc1\.weight +\[256, 64\]"
+reject "$work/inspect_parallel.out" "pre_mlp_layernorm"
 
 [ "$(md5sum "$app" | cut -d' ' -f1)" = "$host_before" ] || fail "host changed"
 echo "PASS: out-of-tree model plugin built against the installed SDK and trained by the installed host"

@@ -7,11 +7,18 @@
 #include <string>
 
 #include "megatron/nn/layer_context.h"
-#include "megatron/nn/layer_spec.h"
+#include "megatron/nn/layer_inputs.h"
 #include "megatron/nn/linear.h"
 #include "megatron/nn/transformer_config.h"
 
 namespace megatron::nn {
+
+// Which keys a query of self-attention sees.
+enum class AttentionMask {
+  causal,          // keys up to the query's own position (GPT)
+  padding,         // every key but the sample's padding (BERT, T5's encoder): bidirectional
+  causal_padding,  // keys up to the query's own position that are not padding (T5's decoder)
+};
 
 class SelfAttention {
  public:

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "megatron/nn/layer_context.h"
-#include "megatron/nn/layer_spec.h"
+#include "megatron/nn/layer_inputs.h"
 #include "megatron/nn/linear.h"
 #include "megatron/nn/transformer_config.h"
 
@@ -31,7 +31,7 @@ class CrossAttention {
 
   // x (Sq, B, h) and memory (Sk, B, h) -> y (Sq, B, h): the projection output with its bias,
   // before dropout. Under sequence parallelism all three are sequence shards (Sq / tp, Sk / tp).
-  // inputs.memory_padding_mask (B, Sk) u8 masks padded encoder positions (undefined = none).
+  // The memory_padding_mask input (B, Sk) u8 masks padded encoder positions (undefined = none).
   // `dropout_site` seeds the attention-probability dropout. Throws Error on mismatched shapes.
   void forward(const LayerContext& ctx, const Tensor& x, const Tensor& memory,
                const LayerInputs& inputs, std::uint64_t dropout_site, Tensor& y,

@@ -10,7 +10,7 @@
 
 #include "megatron/model.h"
 #include "megatron/nn/model_config.h"
-#include "megatron/nn/transformer_layer.h"
+#include "megatron/nn/layer.h"
 
 namespace megatron::nn {
 
@@ -20,7 +20,7 @@ class LayerStack {
 
   // Declares the layers of `chunks` (global layer numbers; empty = every layer) of a stack of
   // config.transformer.num_layers layers named `<prefix>.<N>`, each from spec(N). Layer N's
-  // dropout sites follow those of layers 0..N-1 (TransformerLayer::dropout_sites of each spec,
+  // dropout sites follow those of layers 0..N-1 (Layer::dropout_sites of each spec,
   // from first_dropout_site) whether this rank holds the layers before it or not. Recomputation
   // units follow config's recompute_* keys per chunk (Megatron applies recompute_method per
   // pipeline stage).
@@ -32,7 +32,7 @@ class LayerStack {
 
   // What backward needs from one forward of a chunk.
   struct State {
-    std::vector<TransformerLayer::Saved> saved;  // per layer of the chunk
+    std::vector<Layer::Saved> saved;       // per layer of the chunk
     std::vector<Tensor> unit_inputs;             // per recomputation unit
   };
   // Runs the layers of chunk `chunk` on x (S, B, h) (sequence shards under sequence
@@ -48,6 +48,8 @@ class LayerStack {
   const std::vector<LayerRange>& chunks() const { return chunks_; }
   // The parameters of layer `layer` (empty when this rank does not hold it).
   const std::vector<Parameter*>& params_of(std::int64_t layer) const;
+  // Layer `layer` (declared only when this rank holds it).
+  const Layer& layer(std::int64_t layer) const { return layers_.at(static_cast<std::size_t>(layer)); }
 
  private:
   // Consecutive layers run as one unit; `recompute` ones keep only their input in forward.
@@ -59,7 +61,7 @@ class LayerStack {
 
   std::int64_t num_layers_ = 0;
   std::uint64_t total_sites_ = 0;
-  std::vector<TransformerLayer> layers_;  // by global layer number; only held ones declared
+  std::vector<Layer> layers_;  // by global layer number; only held ones declared
   std::vector<std::vector<Parameter*>> layer_params_;
   std::vector<LayerRange> chunks_;
   std::vector<std::vector<Unit>> units_;  // per chunk

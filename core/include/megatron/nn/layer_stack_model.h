@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "megatron/model.h"
+#include "megatron/nn/core_blocks.h"
 #include "megatron/nn/layer_stack.h"
 #include "megatron/nn/model_config.h"
 #include "megatron/nn/norm.h"
@@ -81,7 +82,7 @@ class LayerStackModel : public Model {
   // Positions are already resolved: config_.max_position_embeddings is the table's size (the
   // sequence length when it was 0) and rotary_tables() are built when the config rotates.
   virtual void prepare(const ModelBuildInfo& info) { (void)info; }
-  // The slots of layer `layer` (default: causal self-attention).
+  // The blocks of layer `layer` (default: causal self-attention, then the MLP).
   virtual LayerSpec layer_spec(std::int64_t layer) const;
   // Declares the pre-process's parameters; its dropout sites start at 0 and it returns how many
   // it took. May be called more than once (the last call's parameters are the real ones).

@@ -1,0 +1,82 @@
+// The open layer vocabulary, in the spirit of Megatron-core's ModuleSpec / submodules: a layer is
+// a sequence of pre-norm residual blocks, x + Dropout(Mixer(Norm(x))), and a block kind is any
+// implementation of Mixer (self-attention, cross-attention, MLP, Mamba, a plugin's own). A spec
+// carries the factory of its mixer, so a plugin adds a kind by writing the class and naming it in
+// its layer specs: nothing in the core is edited or registered.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "megatron/nn/init.h"
+#include "megatron/nn/layer_context.h"
+#include "megatron/nn/layer_inputs.h"
+#include "megatron/nn/transformer_config.h"
+
+namespace megatron::nn {
+
+// What a block runs between its norm and its dropout.
+class Mixer {
+ public:
+  // What backward needs from one forward; a kind derives its own.
+  struct Saved {
+    virtual ~Saved() = default;
+  };
+  virtual ~Mixer() = default;
+
+  // Dropout sites the mixer draws itself (attention probabilities), first_site + [0, n). Known
+  // before declare: a stack numbers the sites of the layers its rank does not hold too.
+  virtual std::uint64_t dropout_sites() const { return 0; }
+  // Declares the parameters under `prefix` (decoder.layers.3.self_attention), in the order the
+  // flat gradient buffers follow (Megatron's module order).
+  virtual void declare(ParamFactory& factory, const std::string& prefix,
+                       const TransformerConfig& config) = 0;
+  // x: the block's normed input (S, B, h), an (S / tp, B, h) sequence shard under sequence
+  // parallelism; y (shaped as x): the mixer's output before the block's dropout. Reads named
+  // inputs from `inputs`. Returns what backward needs.
+  virtual std::unique_ptr<Saved> forward(const LayerContext& ctx, const Tensor& x,
+                                         const LayerInputs& inputs, std::uint64_t first_site,
+                                         Tensor& y) const = 0;
+  // The named inputs whose gradients backward adds, when the micro-batch has them (the layer
+  // checks that each has an accumulator before any backward work).
+  virtual std::vector<std::string> gradient_inputs() const { return {}; }
+  // dx (shaped as x) overwritten; parameter gradients accumulated; the gradients of named inputs
+  // ADDED to the accumulators in `inputs`. May release `saved`.
+  virtual void backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
+                        const LayerInputs& inputs, std::uint64_t first_site, Saved& saved,
+                        Tensor& dx) const = 0;
+};
+
+// The norm in front of a block's mixer, of the stack's normalization.
+struct BlockNorm {
+  // `<layer>.<name>` (input_layernorm); empty: no norm (the mixer sees x itself).
+  std::string name;
+  // Named as Transformer Engine's fused LayerNormLinear names it, inside the linear layer it
+  // feeds (`<layer>.<name>.layer_norm_weight` with name = self_attention.linear_qkv): the names of
+  // Megatron-core's Mamba/hybrid checkpoints, whose specs are TE-only.
+  bool fused = false;
+};
+
+struct BlockSpec {
+  // The mixer's parameters are `<layer>.<name>.*` (self_attention, mlp, mixer); empty: the
+  // layer's own prefix, for a kind that names several submodules itself (GPT-J's parallel
+  // attention + MLP: `<layer>.self_attention.*`, `<layer>.mlp.*`).
+  std::string name;
+  BlockNorm norm;
+  std::function<std::unique_ptr<Mixer>()> make;
+  // The block's first dropout site within its layer. Unset: right after the previous block's
+  // (the mixer's own sites, then the block's hidden dropout). Set by specs that keep an older
+  // numbering, so the same masks are drawn as before.
+  std::optional<std::uint64_t> first_site;
+};
+
+// The blocks of one layer, in order.
+struct LayerSpec {
+  std::vector<BlockSpec> blocks;
+};
+
+}  // namespace megatron::nn
