@@ -7,7 +7,7 @@
 namespace megatron::mamba {
 
 MambaModel::MambaModel(MambaConfig config)
-    : gpt::GptModel(std::move(config.model), "Mamba", "final_norm"),
+    : LanguageModel(std::move(config.model), "Mamba", "final_norm"),
       layers_(std::move(config.layers)) {}
 
 nn::LayerSpec MambaModel::layer_spec(std::int64_t layer) const {

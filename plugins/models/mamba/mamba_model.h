@@ -1,16 +1,17 @@
-// Megatron-core's MambaModel: GPT's embedding, output layer and masked cross-entropy around a
-// MambaStack of Mamba-2, attention and MLP layers (one block each, norm -> mixer -> residual),
-// laid out by a hybrid pattern, with the final norm named `decoder.final_norm`. Parameter names
+// Megatron-core's MambaModel: the core's language model (embedding, output layer, masked
+// cross-entropy) around a MambaStack of Mamba-2, attention and MLP layers (one block each,
+// norm -> mixer -> residual), laid out by a hybrid pattern, with the final norm named
+// `decoder.final_norm`. Parameter names
 // are those of Megatron's (Transformer Engine) Mamba spec, e.g. mixer.in_proj.layer_norm_weight.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "gpt_model.h"
 #include "hybrid_layers.h"
 #include "megatron/config/schema.h"
 #include "megatron/config/table.h"
+#include "megatron/nn/language_model.h"
 
 namespace megatron::mamba {
 
@@ -22,7 +23,7 @@ struct MambaConfig {
 void declare_mamba_config(config::TableSchema& schema);
 MambaConfig parse_mamba_config(const config::ConfigTable& table);
 
-class MambaModel : public gpt::GptModel {
+class MambaModel : public nn::LanguageModel {
  public:
   explicit MambaModel(MambaConfig config);
 

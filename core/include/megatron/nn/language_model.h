@@ -1,0 +1,50 @@
+// A decoder-only language model on the core's layer stack: Megatron-core's LanguageModelEmbedding
+// (word embeddings, learned positions or none, rotary from the config), the layers a subclass's
+// spec chooses, the final norm, the output layer (tied to the word embeddings or its own) and the
+// masked cross-entropy "lm loss" with the per-token outputs zero-shot tasks read. GPT and the
+// hybrid Mamba model are this with their own layer specs and descriptions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "megatron/nn/embedding.h"
+#include "megatron/nn/layer_stack_model.h"
+
+namespace megatron::nn {
+
+class LanguageModel : public LayerStackModel {
+ public:
+  // GPT's dataset fields: tokens, labels, loss_mask, and position_ids / attention_mask when the
+  // dataset resets them (reset_position_ids / reset_attention_mask).
+  SampleSpec input_fields() const override;
+
+  // Evaluation-mode logits (B, S, padded vocab) on the host, for reference comparisons (one rank,
+  // no tensor or pipeline parallelism).
+  Tensor logits(const Batch& batch);
+
+ protected:
+  // `name` in messages (GPT, Mamba); `final_norm` the final norm's name.
+  LanguageModel(ModelConfig config, std::string name, std::string final_norm);
+
+  std::uint64_t declare_pre_process(ParamFactory& factory) override;
+  void declare_post_process(ParamFactory& factory, bool with_pre_process) override;
+  // Rotary tables, and first_key from the batch's attention_mask (reset_attention_mask).
+  LayerInputs layer_inputs(const LayerContext& ctx, const Batch& batch) override;
+  Tensor pre_forward(const LayerContext& ctx, const Batch& batch,
+                     std::unique_ptr<ProcessState>& state) override;
+  void pre_backward(const LayerContext& ctx, ProcessState* state, const Tensor& dx) override;
+  StepResult post_forward(const LayerContext& ctx, const Batch& batch, const Tensor& normed,
+                          const StepOptions& options,
+                          std::unique_ptr<ProcessState>& state) override;
+  Tensor post_backward(const LayerContext& ctx, ProcessState* state) override;
+
+ private:
+  Parameter& output_weight();
+
+  std::string name_;
+  Embedding embedding_;                // first virtual stage
+  Parameter* output_layer_ = nullptr;  // untied, or the last stage's tied copy
+};
+
+}  // namespace megatron::nn

@@ -1,0 +1,143 @@
+// The decoder-only language model's pre-process (embedding) and post-process (output layer and
+// lm loss) on the core's layer stack, in Megatron's (S, B, h) activation layout.
+#include "megatron/nn/language_model.h"
+
+#include "megatron/error.h"
+#include "megatron/nn/lm_loss.h"
+#include "megatron/nn/mixed_gemm.h"
+
+namespace megatron::nn {
+
+namespace {
+
+struct EmbeddingState : LayerStackModel::ProcessState {
+  Tensor ids;        // (S, B)
+  Tensor positions;  // (S, B) from the data's position_ids, or undefined
+};
+struct HeadState : LayerStackModel::ProcessState {
+  Tensor dnormed;  // the loss gradient at the final norm's output, computed with the loss
+};
+
+}  // namespace
+
+LanguageModel::LanguageModel(ModelConfig config, std::string name, std::string final_norm)
+    : LayerStackModel(std::move(config), name, "decoder", std::move(final_norm)),
+      name_(std::move(name)) {}
+
+SampleSpec LanguageModel::input_fields() const {
+  return {{"tokens", DType::i32, {}, FieldKind::token_ids},
+          {"labels", DType::i32, {}, FieldKind::labels},
+          {"loss_mask", DType::f32, {}, FieldKind::mask},
+          // reset_position_ids / reset_attention_mask, when the dataset provides them.
+          {"position_ids", DType::i32, {}, FieldKind::value, true},
+          {"attention_mask", DType::i32, {}, FieldKind::value, true}};
+}
+
+LayerInputs LanguageModel::layer_inputs(const LayerContext& ctx, const Batch& batch) {
+  LayerInputs inputs;
+  inputs.set_rotary(rotary_tables());
+  if (batch.has("attention_mask")) {  // (B, S): the first position each token may attend to
+    const Tensor& first = batch["attention_mask"];
+    Tensor first_key = ctx.backend.empty(first.shape(), DType::i32);
+    ctx.backend.copy(first, first_key);
+    inputs.set(layer_input::first_key, first_key);
+  }
+  return inputs;
+}
+
+std::uint64_t LanguageModel::declare_pre_process(ParamFactory& factory) {
+  const TransformerConfig& tc = config_.transformer;
+  const bool learned = config_.position_embedding == PositionEmbedding::learned_absolute;
+  embedding_.declare(factory, "embedding", padded_vocab_, tc.hidden_size,
+                     learned ? config_.max_position_embeddings : 0, tc.init_method_std,
+                     tc.hidden_dropout);
+  share_word_embeddings(*embedding_.word_embeddings, config_.untie_embeddings_and_output_weights);
+  return 1;  // the embedding dropout
+}
+
+void LanguageModel::declare_post_process(ParamFactory& factory, bool with_pre_process) {
+  output_layer_ =
+      declare_output_weight(factory, with_pre_process, config_.untie_embeddings_and_output_weights);
+}
+
+Parameter& LanguageModel::output_weight() {
+  return output_layer_ ? *output_layer_ : *embedding_.word_embeddings;
+}
+
+Tensor LanguageModel::pre_forward(const LayerContext& ctx, const Batch& batch,
+                             std::unique_ptr<ProcessState>& state) {
+  const Tensor& tokens = batch["tokens"];
+  if (tokens.size(1) != info().seq_length) {
+    throw Error(name_ + ": batch of sequence length " + std::to_string(tokens.size(1)) +
+                ", model built for " + std::to_string(info().seq_length));
+  }
+  auto st = std::make_unique<EmbeddingState>();
+  st->ids = sequence_major(ctx.backend, tokens);
+  // Megatron-core's GPTModel gives position_ids to the learned position embedding only.
+  if (batch.has("position_ids") && embedding_.position_embeddings) {
+    st->positions = sequence_major(ctx.backend, batch["position_ids"]);
+  }
+  Tensor x = ctx.backend.empty(
+      {local_seq(tokens.size(1)), tokens.size(0), config_.transformer.hidden_size},
+      info().param_dtype);
+  embedding_.forward(ctx, st->ids, 0, x, nullptr,
+                     st->positions.defined() ? &st->positions : nullptr);
+  state = std::move(st);
+  return x;
+}
+
+void LanguageModel::pre_backward(const LayerContext& ctx, ProcessState* state, const Tensor& dx) {
+  const auto* st = static_cast<EmbeddingState*>(state);
+  embedding_.backward(ctx, st->ids, 0, dx, nullptr,
+                      st->positions.defined() ? &st->positions : nullptr);
+}
+
+StepResult LanguageModel::post_forward(const LayerContext& ctx, const Batch& batch,
+                                  const Tensor& normed, const StepOptions& options,
+                                  std::unique_ptr<ProcessState>& state) {
+  Backend& be = ctx.backend;
+  const std::int64_t rows_full = batch["labels"].numel();
+  const Tensor labels = sequence_major(be, batch["labels"]).view({rows_full});
+  const Tensor mask = batch["loss_mask"].transpose(0, 1).contiguous().view({rows_full});
+  auto st = std::make_unique<HeadState>();
+  if (options.backward) st->dnormed = be.empty(normed.shape(), info().param_dtype);
+  LmTokenOutputs tokens;
+  const LmLossResult loss =
+      lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
+                  options.backward ? &st->dnormed : nullptr, info().compute_dtype, tp(), nullptr,
+                  options.outputs ? &tokens : nullptr);
+  state = std::move(st);
+  StepResult result{{{"lm loss", loss.loss_sum, loss.token_count}}, {}};
+  if (options.outputs) {
+    // Rows are sequence-major (s * B + b); outputs are per sample, (B, S).
+    const std::int64_t b = batch["labels"].size(0), s = batch["labels"].size(1);
+    result.outputs.emplace_back("token_loss",
+                                tokens.loss.view({s, b}).transpose(0, 1).contiguous());
+    result.outputs.emplace_back("token_argmax",
+                                tokens.argmax.view({s, b}).transpose(0, 1).contiguous());
+  }
+  return result;
+}
+
+Tensor LanguageModel::post_backward(const LayerContext&, ProcessState* state) {
+  return static_cast<HeadState*>(state)->dnormed;
+}
+
+Tensor LanguageModel::logits(const Batch& batch) {
+  if (tp().split() || info().pipeline.size > 1) {
+    throw Error(
+        name_ + ": logits() gathers the full vocabulary and is for single-rank reference "
+        "checks; it is not available with tensor or pipeline parallelism");
+  }
+  Backend& be = backend_for(info().device);
+  const std::int64_t b = batch["tokens"].size(0), s = batch["tokens"].size(1), rows = s * b;
+  const DType dt = info().param_dtype;
+  const Tensor normed = final_hidden(batch);
+  Tensor logits = be.empty({rows, padded_vocab_}, dt);
+  mixed_gemm(be, normed, false, output_weight().value, true, logits, info().compute_dtype);
+  Tensor host = Tensor::empty({rows, padded_vocab_}, dt);
+  be.copy(logits, host);
+  return host.view({s, b, padded_vocab_}).transpose(0, 1).contiguous();
+}
+
+}  // namespace megatron::nn
