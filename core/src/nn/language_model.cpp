@@ -3,7 +3,7 @@
 #include "megatron/nn/language_model.h"
 
 #include "megatron/error.h"
-#include "megatron/nn/lm_loss.h"
+#include "megatron/nn/lm_head.h"
 #include "megatron/nn/mixed_gemm.h"
 
 namespace megatron::nn {
@@ -93,29 +93,15 @@ void LanguageModel::pre_backward(const LayerContext& ctx, ProcessState* state, c
 }
 
 StepResult LanguageModel::post_forward(const LayerContext& ctx, const Batch& batch,
-                                  const Tensor& normed, const StepOptions& options,
-                                  std::unique_ptr<ProcessState>& state) {
-  Backend& be = ctx.backend;
-  const std::int64_t rows_full = batch["labels"].numel();
-  const Tensor labels = sequence_major(be, batch["labels"]).view({rows_full});
-  const Tensor mask = batch["loss_mask"].transpose(0, 1).contiguous().view({rows_full});
+                                       const Tensor& normed, const StepOptions& options,
+                                       std::unique_ptr<ProcessState>& state) {
   auto st = std::make_unique<HeadState>();
-  if (options.backward) st->dnormed = be.empty(normed.shape(), info().param_dtype);
-  LmTokenOutputs tokens;
-  const LmLossResult loss =
-      lm_loss(be, normed, output_weight(), labels, mask, options.loss_scale,
-                  options.backward ? &st->dnormed : nullptr, info().compute_dtype, tp(), nullptr,
-                  options.outputs ? &tokens : nullptr);
+  if (options.backward) st->dnormed = ctx.backend.empty(normed.shape(), info().param_dtype);
+  StepResult result;
+  const LmLossResult loss = batch_lm_loss(ctx, batch, normed, output_weight(), nullptr, options,
+                                          tp(), &st->dnormed, &result.outputs);
   state = std::move(st);
-  StepResult result{{{"lm loss", loss.loss_sum, loss.token_count}}, {}};
-  if (options.outputs) {
-    // Rows are sequence-major (s * B + b); outputs are per sample, (B, S).
-    const std::int64_t b = batch["labels"].size(0), s = batch["labels"].size(1);
-    result.outputs.emplace_back("token_loss",
-                                tokens.loss.view({s, b}).transpose(0, 1).contiguous());
-    result.outputs.emplace_back("token_argmax",
-                                tokens.argmax.view({s, b}).transpose(0, 1).contiguous());
-  }
+  result.losses = {{"lm loss", loss.loss_sum, loss.token_count}};
   return result;
 }
 

@@ -42,17 +42,14 @@ TaskHeadParameters BertModel::select_head(const TaskHead& head) {
   }
   head_ = head;
   if (head.kind == TaskHead::Kind::pretraining) return {};
-  TaskHeadParameters names;
-  names.added = {head.kind == TaskHead::Kind::classification ? "classification_head."
-                                                             : "multichoice_head."};
   // Megatron's task models always pool; a checkpoint without the binary head has no pooler.
-  if (!binary_head_) names.added.push_back("pooler.");
+  TaskHeadParameters names = nn::TaskHeadLayer::parameters(head, binary_head_);
   names.dropped = {"lm_head.", "output_layer.", "binary_head."};
   return names;
 }
 
 std::int64_t BertModel::sequences_per_sample() const {
-  return head_.kind == TaskHead::Kind::multiple_choice ? head_.num_classes : 1;
+  return nn::TaskHeadLayer::sequences_per_sample(head_);
 }
 
 Tensor BertModel::sequences(const Batch& batch, const char* field) const {
@@ -116,7 +113,7 @@ void BertModel::declare_post_process(nn::ParamFactory& factory, bool with_pre_pr
   const nn::TransformerConfig& tc = config_.transformer;
   const std::int64_t h = tc.hidden_size;
   if (head_.kind != TaskHead::Kind::pretraining) {
-    declare_task_head(factory);
+    task_head_.declare(factory, tc, head_);
     return;
   }
   // The LM head's dense layer and LayerNorm are replicated and run on sequence shards under
@@ -133,17 +130,6 @@ void BertModel::declare_post_process(nn::ParamFactory& factory, bool with_pre_pr
     binary_head_layer_ =
         nn::Linear::declare(factory, "binary_head", h, 2, true, tc.init_method_std);
   }
-}
-
-void BertModel::declare_task_head(nn::ParamFactory& factory) {
-  // Megatron's Classification / MultipleChoice: the pooler, dropout and a plain (replicated)
-  // Linear of get_linear_layer's initialisation (normal weight, zero bias).
-  const nn::TransformerConfig& tc = config_.transformer;
-  const std::int64_t h = tc.hidden_size;
-  pooler_ = nn::Linear::declare(factory, "pooler.dense", h, h, true, tc.init_method_std);
-  const bool classes = head_.kind == TaskHead::Kind::classification;
-  task_head_ = nn::Linear::declare(factory, classes ? "classification_head" : "multichoice_head", h,
-                                   classes ? head_.num_classes : 1, true, tc.init_method_std);
 }
 
 Parameter& BertModel::output_weight() {

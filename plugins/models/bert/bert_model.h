@@ -12,6 +12,7 @@
 #include "megatron/nn/embedding.h"
 #include "megatron/nn/layer_stack_model.h"
 #include "megatron/nn/linear.h"
+#include "megatron/nn/pooled_heads.h"
 
 namespace megatron::bert {
 
@@ -49,25 +50,13 @@ class BertModel : public nn::LayerStackModel {
   Tensor post_backward(const nn::LayerContext& ctx, ProcessState* state) override;
 
  private:
-  // bert_heads.cpp: the LM head and loss, and the pooled heads (the sentence-order head, a task
-  // head) with their mean cross-entropy, forward and backward.
+  // bert_heads.cpp: the LM head and loss, and the sentence-order head, forward and backward.
   struct LmHeadState;
-  struct PooledState;
   struct PostState;
   double lm_head_forward(const nn::LayerContext& ctx, const Batch& batch, const Tensor& normed,
                          const StepOptions& options, LmHeadState& st);
   Tensor lm_head_backward(const nn::LayerContext& ctx, LmHeadState& st);
-  // Token 0 of each of `rows` sequences -> pooler -> tanh -> [dropout] -> `head` -> logits,
-  // read as (rows x head outputs / classes, classes) scores -> mean cross-entropy against
-  // `targets` (one per score row). Returns the mean.
-  double pooled_forward(const nn::LayerContext& ctx, const Tensor& normed, std::int64_t rows,
-                        const nn::Linear& head, std::int64_t classes, const Tensor& targets,
-                        bool dropout, const StepOptions& options, PooledState& st);
-  // Adds the pooled head's loss gradient to dnormed (rows of token 0).
-  void pooled_backward(const nn::LayerContext& ctx, const nn::Linear& head, PooledState& st,
-                       Tensor& dnormed);
   Parameter& output_weight();
-  void declare_task_head(nn::ParamFactory& factory);
   // Sequences per sample: the choices of a multiple-choice head, else 1.
   std::int64_t sequences_per_sample() const;
   // A per-sequence field of the batch as (sequences, S): (B, C, S) flattened for multiple choice.
@@ -80,7 +69,8 @@ class BertModel : public nn::LayerStackModel {
   nn::Linear lm_dense_;
   nn::Norm lm_norm_;
   Parameter* output_bias_ = nullptr;
-  nn::Linear pooler_, binary_head_layer_, task_head_;
+  nn::Linear pooler_, binary_head_layer_;  // pretraining with the binary head
+  nn::TaskHeadLayer task_head_;             // fine-tuning
 };
 
 }  // namespace megatron::bert

@@ -8,7 +8,7 @@
 
 #include "megatron/error.h"
 #include "megatron/nn/layer_stack_model.h"
-#include "megatron/nn/lm_loss.h"
+#include "megatron/nn/lm_head.h"
 #include "megatron/tokenizer/tokenizer.h"
 
 namespace megatron::t5 {
@@ -402,16 +402,11 @@ Model::ChunkOutput T5Model::forward_chunk(int chunk, std::int64_t micro_batch, c
   if (options.params_needed) options.params_needed(head_params_);
   const Tensor normed = final_norm_forward(be, false, y, p.decoder);
   const std::int64_t h = config_.model.transformer.hidden_size;
-  const Tensor& labels_bm = batch["labels"];
-  const std::int64_t rows_full = labels_bm.numel();
-  const Tensor labels = nn::sequence_major(be, labels_bm).view({rows_full});
-  const Tensor mask = batch["loss_mask"].transpose(0, 1).contiguous().view({rows_full});
   const Tensor normed_rows = normed.view({normed.size(0) * normed.size(1), h});
   if (options.backward) p.dnormed = be.empty(normed.shape(), normed.dtype());
   Tensor dnormed_rows = options.backward ? p.dnormed.view(normed_rows.shape()) : Tensor();
-  const nn::LmLossResult loss = nn::lm_loss(
-      be, normed_rows, output_weight(), labels, mask, options.loss_scale,
-      options.backward ? &dnormed_rows : nullptr, info_.compute_dtype, tp_, output_bias_);
+  const nn::LmLossResult loss = nn::batch_lm_loss(ctx, batch, normed_rows, output_weight(),
+                                                  output_bias_, options, tp_, &dnormed_rows);
   // pretrain_t5 uses pretrain_gpt's loss_func: the loss-masked sum over the masked count.
   out.loss.losses = {{"lm loss", loss.loss_sum, loss.token_count}};
   return out;
