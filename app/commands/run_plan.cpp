@@ -2,7 +2,7 @@
 #include "commands/run_plan.h"
 
 #include "megatron/error.h"
-#include "megatron/tokenizer/tokenizer.h"
+#include "megatron/plugin.h"
 #include "megatron/train/batch_schedule.h"
 #include "megatron/train/pipeline_schedule.h"
 #include "plugin_objects.h"
@@ -11,37 +11,20 @@ namespace megatron::app {
 
 namespace {
 
-// What the planned model is built from, read from the [data] table's tokenizer and sequence keys
-// without opening any data file (the planned job's data need not be on this machine).
-struct PlannedData {
-  std::int64_t vocab = 0, seq = 0;
-  SampleSpec fields;  // the per-sample shapes a model needs besides seq_length (T5's decoder)
-};
-
-PlannedData planned_data(const Session& session) {
-  if (!session.selected_for("data")) {
+// What the [data] plugin will produce, asked of its descriptor: no data file is opened (the planned
+// job's data need not be on this machine), and the app names no dataset's keys.
+PlannedSamples planned_data(const Session& session) {
+  const SelectedPlugin* data = session.selected_for("data");
+  if (!data) {
     throw UsageError("plan: the config needs a [data] table (for seq_length and the tokenizer)");
   }
-  const config::ConfigTable& data = session.config.table("data");
-  // T5's datasets call the encoder length encoder_seq_length (Megatron accepts either).
-  const char* seq_key = data.has("seq_length") ? "seq_length" : "encoder_seq_length";
-  if (!data.has(seq_key) || !data.has("tokenizer_type")) {
-    throw UsageError(
-        "plan: [data] must give seq_length (or encoder_seq_length) and tokenizer_type");
+  const PluginDescriptor& descriptor = *data->record->descriptor;
+  if (!descriptor.plan_samples) {
+    throw UsageError("plan: the dataset plugin '" + data->record->name + "' (" +
+                     data->record->file.string() +
+                     ") cannot say what samples it will produce without its data");
   }
-  TokenizerFiles files;
-  if (data.has("vocab_file")) files.vocab_file = data.string("vocab_file");
-  if (data.has("merge_file")) files.merge_file = data.string("merge_file");
-  if (data.has("tokenizer_model")) files.tokenizer_model = data.string("tokenizer_model");
-  if (data.has("vocab_extra_ids")) files.vocab_extra_ids = data.integer("vocab_extra_ids");
-  const auto tokenizer = make_tokenizer(data.string("tokenizer_type"), files);
-  PlannedData out{static_cast<std::int64_t>(tokenizer->vocab_size()), data.integer(seq_key), {}};
-  // An encoder-decoder dataset's decoder tokens, as the t5 dataset declares them.
-  if (data.has("decoder_seq_length")) {
-    out.fields.push_back(
-        {"text_dec", DType::i32, {data.integer("decoder_seq_length")}, FieldKind::token_ids});
-  }
-  return out;
+  return descriptor.plan_samples(session.config.table("data"), session.config.core());
 }
 
 }  // namespace
@@ -49,14 +32,14 @@ PlannedData planned_data(const Session& session) {
 RunPlan plan_run(Session& session, MpiRuntime& runtime, const config::ParallelConfig& parallel,
                  std::int64_t data_parallel, bool edge_stages_only) {
   const config::CoreConfig& core = session.config.core();
-  const PlannedData planned = planned_data(session);
+  const PlannedSamples planned = planned_data(session);
   ParallelState single = ParallelState::create(runtime, ParallelSizes{});
   RunPlan out;
   // The model is built once per pipeline stage, as that stage's ranks build it, on the meta
   // device: each stage's parameters are what the model declares there (tied copies included).
   ModelBuildInfo info;
-  info.vocab_size = planned.vocab;
-  info.seq_length = planned.seq;
+  info.vocab_size = planned.vocab_size;
+  info.seq_length = planned.seq_length;
   info.sample_fields = planned.fields;
   info.device = Device::meta();
   // Built as one tensor-parallel rank sees it, so the vocabulary is padded to a multiple of

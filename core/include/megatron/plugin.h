@@ -8,6 +8,7 @@
 
 #include <boost/dll/alias.hpp>
 
+#include "megatron/batch.h"
 #include "megatron/config/core_config.h"
 #include "megatron/config/schema.h"
 #include "megatron/config/table.h"
@@ -35,6 +36,14 @@ class Plugin {
 };
 
 // Services handed to a plugin when it is created (nothing is reached through globals).
+// What a dataset plugin will produce, told from its validated table without opening any data
+// file: `plan` sizes a job whose data need not be on this machine.
+struct PlannedSamples {
+  std::int64_t seq_length = 0;  // the samples' sequence length (the model's positions)
+  std::int64_t vocab_size = 0;  // the tokenizer's vocabulary, before padding
+  SampleSpec fields;            // every field with its per-sample shape, as sample_fields() gives
+};
+
 struct PluginContext {
   Logger& log;
   ParallelState& parallel;
@@ -58,13 +67,19 @@ struct PluginDescriptor {
   void (*declare_config)(config::TableSchema& schema);
   // Creates the plugin object; throws megatron::Error on bad input.
   std::unique_ptr<Plugin> (*create)(PluginContext& context);
+  // API 5.0. Dataset plugins: what they will produce, from the validated table alone (no data
+  // file opened), for `plan`; nullptr for other kinds.
+  PlannedSamples (*plan_samples)(const config::ConfigTable& table,
+                                 const config::CoreConfig& core);
 };
 
 // A descriptor whose version fields are those of the SDK headers the plugin is compiled with.
 constexpr PluginDescriptor make_plugin_descriptor(
     PluginKind kind, const char* name, const char* version, const char* description,
     void (*declare_config)(config::TableSchema&),
-    std::unique_ptr<Plugin> (*create)(PluginContext&)) {
+    std::unique_ptr<Plugin> (*create)(PluginContext&),
+    PlannedSamples (*plan_samples)(const config::ConfigTable&, const config::CoreConfig&) =
+        nullptr) {
   return PluginDescriptor{sizeof(PluginDescriptor),
                           kApiMajor,
                           kApiMinor,
@@ -74,7 +89,8 @@ constexpr PluginDescriptor make_plugin_descriptor(
                           version,
                           description,
                           declare_config,
-                          create};
+                          create,
+                          plan_samples};
 }
 
 // The one exported entry point: `const megatron::PluginDescriptor* fn()`.

@@ -34,8 +34,8 @@ BertDataset::BertDataset(PluginContext& context)
   data::check_masking_options(options_.sample.masking);
 }
 
-SampleSpec BertDataset::sample_fields() const {
-  const Shape s{options_.sample.sequence_length};
+SampleSpec bert_sample_fields(const BertDataOptions& options) {
+  const Shape s{options.sample.sequence_length};
   return {{"text", DType::i32, s, FieldKind::token_ids},
           {"types", DType::i32, s, FieldKind::value},
           {"labels", DType::i32, s, FieldKind::labels},
@@ -43,6 +43,10 @@ SampleSpec BertDataset::sample_fields() const {
           {"padding_mask", DType::i32, s, FieldKind::mask},
           {"is_random", DType::i32, {}, FieldKind::value},
           {"truncated", DType::i32, {}, FieldKind::value}};
+}
+
+SampleSpec BertDataset::sample_fields() const {
+  return bert_sample_fields(options_);
 }
 
 void BertDataset::build(const std::array<std::int64_t, 3>& num_samples) {

@@ -16,6 +16,9 @@
 
 namespace megatron::bert_data {
 
+// The fields of every sample, with their per-sample shapes.
+SampleSpec bert_sample_fields(const BertDataOptions& options);
+
 class BertDataset final : public Dataset {
  public:
   // Reads the options, opens every dataset and the tokenizer, checks that the data is

@@ -51,22 +51,39 @@ data::TokenizerIdentity tokenizer_identity(const GptDataOptions& options) {
 
 }  // namespace
 
+std::unique_ptr<Tokenizer> open_gpt_tokenizer(const config::ConfigTable& table,
+                                              const GptDataOptions& options) {
+  try {
+    return make_tokenizer(options.tokenizer_type, options.tokenizer_files);
+  } catch (const UsageError& e) {
+    table.fail("tokenizer_type", e.what());
+  } catch (const Error& e) {
+    // A SentencePiece model that cannot be loaded is the fault of the one key naming it.
+    if (is_sentencepiece_tokenizer_type(options.tokenizer_type)) {
+      table.fail("tokenizer_model", e.what());
+    }
+    throw;
+  }
+}
+
+SampleSpec gpt_sample_fields(const GptDataOptions& options) {
+  const Shape s{options.seq_length};
+  SampleSpec fields = {{"tokens", DType::i32, s, FieldKind::token_ids},
+                       {"labels", DType::i32, s, FieldKind::labels},
+                       {"loss_mask", DType::f32, s, FieldKind::mask}};
+  if (options.reset_position_ids) fields.push_back({"position_ids", DType::i32, s});
+  // Megatron's (1, s, s) block-lower-triangular mask in O(s): row i of it is true (masked) before
+  // attention_mask[i] and after i.
+  if (options.reset_attention_mask) fields.push_back({"attention_mask", DType::i32, s});
+  return fields;
+}
+
 GptDataset::GptDataset(PluginContext& context)
     : log_(context.log),
       parallel_(context.parallel),
       table_(context.config),
       options_(read_gpt_data_options(context.config, context.core)) {
-  try {
-    tokenizer_ = make_tokenizer(options_.tokenizer_type, options_.tokenizer_files);
-  } catch (const UsageError& e) {
-    table_.fail("tokenizer_type", e.what());
-  } catch (const Error& e) {
-    // A SentencePiece model that cannot be loaded is the fault of the one key naming it.
-    if (is_sentencepiece_tokenizer_type(options_.tokenizer_type)) {
-      table_.fail("tokenizer_model", e.what());
-    }
-    throw;
-  }
+  tokenizer_ = open_gpt_tokenizer(table_, options_);
   // GPTDataset takes tokenizer.pad when the tokenizer has one (SentencePieceTokenizer always
   // does, GPTSentencePieceTokenizer when the model has a pad piece), else _PAD_TOKEN_ID.
   pad_token_ = tokenizer_->special_token(SpecialToken::pad).value_or(kPadToken);
@@ -198,15 +215,7 @@ std::int64_t GptDataset::size(data::Split split) const {
 }
 
 SampleSpec GptDataset::sample_fields() const {
-  const Shape s{options_.seq_length};
-  SampleSpec fields = {{"tokens", DType::i32, s, FieldKind::token_ids},
-                       {"labels", DType::i32, s, FieldKind::labels},
-                       {"loss_mask", DType::f32, s, FieldKind::mask}};
-  if (options_.reset_position_ids) fields.push_back({"position_ids", DType::i32, s});
-  // Megatron's (1, s, s) block-lower-triangular mask in O(s): row i of it is true (masked) before
-  // attention_mask[i] and after i.
-  if (options_.reset_attention_mask) fields.push_back({"attention_mask", DType::i32, s});
-  return fields;
+  return gpt_sample_fields(options_);
 }
 
 void GptDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {

@@ -39,6 +39,12 @@ struct SplitDataset {
   std::int64_t size = 0;
 };
 
+// The tokenizer the options name; ConfigError naming the key at fault in `table`.
+std::unique_ptr<Tokenizer> open_gpt_tokenizer(const config::ConfigTable& table,
+                                              const GptDataOptions& options);
+// The fields of every sample, with their per-sample shapes.
+SampleSpec gpt_sample_fields(const GptDataOptions& options);
+
 class GptDataset final : public Dataset {
  public:
   // Reads the options, opens every dataset and the tokenizer; builds nothing yet.

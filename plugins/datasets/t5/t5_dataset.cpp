@@ -54,9 +54,9 @@ T5Dataset::T5Dataset(PluginContext& context)
   }
 }
 
-SampleSpec T5Dataset::sample_fields() const {
-  const Shape encoder{options_.sample.encoder_length};
-  const Shape decoder{options_.sample.decoder_length};
+SampleSpec t5_sample_fields(const T5DataOptions& options) {
+  const Shape encoder{options.sample.encoder_length};
+  const Shape decoder{options.sample.decoder_length};
   return {{"text_enc", DType::i32, encoder, FieldKind::token_ids},
           {"text_dec", DType::i32, decoder, FieldKind::token_ids},
           {"labels", DType::i32, decoder, FieldKind::labels},
@@ -64,6 +64,10 @@ SampleSpec T5Dataset::sample_fields() const {
           {"truncated", DType::i32, {}, FieldKind::value},
           {"enc_mask", DType::i32, encoder, FieldKind::mask},
           {"dec_mask", DType::i32, decoder, FieldKind::mask}};
+}
+
+SampleSpec T5Dataset::sample_fields() const {
+  return t5_sample_fields(options_);
 }
 
 void T5Dataset::build(const std::array<std::int64_t, 3>& num_samples) {

@@ -18,6 +18,9 @@
 
 namespace megatron::t5_data {
 
+// The fields of every sample, with their per-sample shapes.
+SampleSpec t5_sample_fields(const T5DataOptions& options);
+
 class T5Dataset final : public Dataset {
  public:
   // Reads the options, opens every dataset and the tokenizer, checks that the vocabulary has the
