@@ -1,4 +1,4 @@
-// reduce_scatter, all_gather, send/recv and async handles over real MPI groups (run by mpirun on 4
+// reduce_scatter, all_gather, all_to_all, send/recv and async handles over real MPI groups (run by mpirun on 4
 // and on 3 ranks): the world, a split group of 3 (+ a group of one), and even/odd groups.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -259,6 +259,73 @@ TEST_F(CommunicatorOps, AllGatherEveryDtypeOutOfPlaceAndInPlace) {
   }
 }
 
+// Uneven blocks, as MoE's token dispatch sends them: rank p sends (p + q) % 3 elements to rank q
+// (so some pairs exchange nothing, the rank itself included), element j of block p -> q holding
+// 10 p + q + 50 j (exact in every dtype, u8 and bf16 included). Every dtype; the asynchronous
+// form too.
+std::size_t uneven_count(int from, int to) {
+  return static_cast<std::size_t>((from + to) % 3);
+}
+double uneven_value(int from, int to, std::size_t j) {
+  return 10.0 * from + to + 50.0 * static_cast<double>(j);
+}
+
+TEST_F(CommunicatorOps, AllToAllUnevenBlocksEveryDtype) {
+  for (Communicator* c : groups_.all()) {
+    const int n = c->size(), me = c->rank();
+    std::vector<std::size_t> send_counts, recv_counts;
+    for (int r = 0; r < n; ++r) {
+      send_counts.push_back(uneven_count(me, r));
+      recv_counts.push_back(uneven_count(r, me));
+    }
+    std::size_t sent = 0, received = 0;
+    for (int r = 0; r < n; ++r) {
+      sent += send_counts[r];
+      received += recv_counts[r];
+    }
+    for (DType d : kAllDtypes) {
+      for (bool async : {false, true}) {
+        SCOPED_TRACE(describe(*c) + " " + std::string(dtype_name(d)) + (async ? " async" : ""));
+        Buffer send(d, sent + 1), recv(d, received + 1);
+        std::size_t at = 0;
+        for (int r = 0; r < n; ++r) {
+          for (std::size_t j = 0; j < send_counts[r]; ++j)
+            send.set(at++, uneven_value(me, r, j));
+        }
+        recv.set(received, 77);  // past the last block: untouched
+        if (async) {
+          CommHandle h =
+              c->all_to_all_v_async(send.data(), send_counts, recv.data(), recv_counts, d);
+          h.wait();
+        } else {
+          c->all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, d);
+        }
+        at = 0;
+        for (int r = 0; r < n; ++r) {
+          for (std::size_t j = 0; j < recv_counts[r]; ++j)
+            EXPECT_EQ(recv.get(at++), uneven_value(r, me, j)) << "block from " << r << " at " << j;
+        }
+        EXPECT_EQ(recv.get(received), 77);
+      }
+    }
+  }
+}
+
+TEST_F(CommunicatorOps, AllToAllEqualBlocks) {
+  Communicator& world = *groups_.world;
+  const int n = world.size(), me = world.rank();
+  std::vector<std::int64_t> send(static_cast<std::size_t>(2 * n)), recv(send.size(), -1);
+  for (int r = 0; r < n; ++r) {
+    send[static_cast<std::size_t>(2 * r)] = 100 * me + r;
+    send[static_cast<std::size_t>(2 * r + 1)] = -(100 * me + r);
+  }
+  world.all_to_all(send.data(), recv.data(), 2, DType::i64);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(recv[static_cast<std::size_t>(2 * r)], 100 * r + me);
+    EXPECT_EQ(recv[static_cast<std::size_t>(2 * r + 1)], -(100 * r + me));
+  }
+}
+
 // Every rank sends two tagged messages to the next rank and receives them from the previous one,
 // posting the receives in the opposite tag order: messages match by tag, not by arrival.
 TEST_F(CommunicatorOps, SendRecvRingMatchesByTag) {
@@ -419,6 +486,15 @@ TEST_F(CommunicatorOps, ArgumentErrors) {
       "reduce_scatter on the world group: the send and recv buffers overlap; the rank's "
       "block may only alias the full buffer at block rank() (" +
           std::to_string(world.rank()) + ")");
+  const std::vector<std::size_t> too_few(static_cast<std::size_t>(n - 1), 1);
+  const std::vector<std::size_t> ones(static_cast<std::size_t>(n), 1);
+  expect_error_message([&] { world.all_to_all_v(x, too_few, x + 4, ones, DType::f32); },
+                       "all_to_all on the world group: " + std::to_string(n - 1) + " send and " +
+                           sz + " recv counts for a group of " + sz);
+  expect_error_message([&] { world.all_to_all_v(nullptr, ones, x, ones, DType::f32); },
+                       "all_to_all on the world group: the send buffer is null but count is " + sz);
+  expect_error_message([&] { world.all_to_all_v(x, ones, x + 1, ones, DType::f32); },
+                       "all_to_all on the world group: the send and recv buffers overlap");
   // A group of one has nobody to talk to.
   Communicator& three = *groups_.first_three;
   if (three.size() == 1) {

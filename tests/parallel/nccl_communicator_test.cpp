@@ -78,6 +78,10 @@ TEST_F(NcclDevice, OneMemberOperationsOnDeviceBuffers) {
   Tensor c = upload({9.0f, 9.0f, 9.0f});
   nccl_->all_gather(a.raw_data(), c.raw_data(), 3, DType::f32);
   EXPECT_EQ(download(c), (std::vector<float>{1.5f, -2.0f, 3.0f}));
+  // all_to_all over one member is a copy of its block (a grouped send and recv to itself).
+  Tensor d = upload({0.0f, 0.0f, 0.0f});
+  nccl_->all_to_all_v(a.raw_data(), {3}, d.raw_data(), {3}, DType::f32);
+  EXPECT_EQ(download(d), (std::vector<float>{1.5f, -2.0f, 3.0f}));
   nccl_->barrier();
   // Host memory is refused instead of faulting inside NCCL.
   std::vector<float> host(3, 0.0f);

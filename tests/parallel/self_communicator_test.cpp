@@ -181,6 +181,22 @@ TEST(SelfCommunicator, ReduceScatterAndAllGatherCopyTheOneBlock) {
   EXPECT_EQ(out[1], 0xc000);
 }
 
+TEST(SelfCommunicator, AllToAllCopiesTheOneBlockAndChecksItsCounts) {
+  auto comm = make_self_communicator(0, "expert");
+  const std::vector<double> send = {0.5, -1.0, 7.0};
+  std::vector<double> recv(3, 0.0);
+  comm->all_to_all(send.data(), recv.data(), 3, DType::f64);
+  EXPECT_EQ(recv, send);
+  comm->all_to_all_v(nullptr, {0}, nullptr, {0}, DType::f64);  // nothing to route: no error
+  try {
+    comm->all_to_all_v(send.data(), {3}, recv.data(), {2}, DType::f64);
+    ADD_FAILURE() << "mismatched counts were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "all_to_all on the expert group: this rank sends itself 3 elements but expects 2");
+  }
+}
+
 TEST(SelfCommunicator, InPlaceFormsKeepTheData) {
   auto comm = make_self_communicator();
   std::vector<double> buf = {0.5, 0.25, -1.0};

@@ -181,6 +181,46 @@ CommHandle Communicator::all_gather_async(const void* send, void* recv, std::siz
   return all_gather_impl(send, recv, send_count, dtype);
 }
 
+void Communicator::all_to_all_v(const void* send, const std::vector<std::size_t>& send_counts,
+                                void* recv, const std::vector<std::size_t>& recv_counts,
+                                DType dtype) {
+  all_to_all_v_async(send, send_counts, recv, recv_counts, dtype).wait();
+}
+
+void Communicator::all_to_all(const void* send, void* recv, std::size_t count, DType dtype) {
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(size()), count);
+  all_to_all_v(send, counts, recv, counts, dtype);
+}
+
+CommHandle Communicator::all_to_all_v_async(const void* send,
+                                            const std::vector<std::size_t>& send_counts,
+                                            void* recv,
+                                            const std::vector<std::size_t>& recv_counts,
+                                            DType dtype) {
+  const char* op = "all_to_all";
+  check_dtype(op, *this, dtype);
+  const auto members = static_cast<std::size_t>(size());
+  if (send_counts.size() != members || recv_counts.size() != members) {
+    throw Error(where(op, *this) + std::to_string(send_counts.size()) + " send and " +
+                std::to_string(recv_counts.size()) + " recv counts for a group of " +
+                std::to_string(members));
+  }
+  std::size_t sent = 0, received = 0;
+  for (std::size_t r = 0; r < members; ++r) {
+    sent += send_counts[r];
+    received += recv_counts[r];
+  }
+  if (sent > 0) check_buffer(op, *this, "the send", send, sent);
+  if (received > 0) check_buffer(op, *this, "the recv", recv, received);
+  const std::size_t elem = dtype_size(dtype);
+  const auto s = reinterpret_cast<std::uintptr_t>(send);
+  const auto r = reinterpret_cast<std::uintptr_t>(recv);
+  if (sent > 0 && received > 0 && s < r + received * elem && r < s + sent * elem) {
+    throw Error(where(op, *this) + "the send and recv buffers overlap");
+  }
+  return all_to_all_v_impl(send, send_counts, recv, recv_counts, dtype);
+}
+
 CommHandle Communicator::send_async(const void* buf, std::size_t count, DType dtype, int peer,
                                     int tag) {
   check_dtype("send", *this, dtype);

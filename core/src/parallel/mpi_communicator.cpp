@@ -101,6 +101,8 @@ class MpiRequest final : public CommRequest {
   MPI_Datatype recv_type = MPI_DATATYPE_NULL;
   int peer = -1;
   int tag = -1;
+  // all_to_all: MPI reads the counts and displacements until the operation completes.
+  std::vector<int> counts_and_displacements;
   // In-place reduce_scatter: MPI leaves the result at the buffer's start; it belongs at block rank.
   void* move_to = nullptr;
   const void* move_from = nullptr;
@@ -377,6 +379,37 @@ CommHandle MpiCommunicator::all_gather_impl(const void* send, void* recv, std::s
                        in_place ? MPI_DATATYPE_NULL : type, recv, n, type, comm_,
                        &request->requests.emplace_back(MPI_REQUEST_NULL)),
         "MPI_Iallgather");
+  return CommHandle(std::move(request));
+}
+
+CommHandle MpiCommunicator::all_to_all_v_impl(const void* send,
+                                               const std::vector<std::size_t>& send_counts,
+                                               void* recv,
+                                               const std::vector<std::size_t>& recv_counts,
+                                               DType dtype) {
+  const MPI_Datatype type = transfer_type(dtype);
+  if (type == MPI_DATATYPE_NULL) throw_unsupported("all_to_all", dtype);
+  const auto members = static_cast<std::size_t>(size_);
+  auto request = std::make_unique<MpiRequest>("all_to_all", name_);
+  // [send counts, send displacements, recv counts, recv displacements], MPI's int each: the
+  // displacement past the last block must fit too.
+  std::vector<int>& v = request->counts_and_displacements;
+  v.assign(4 * members, 0);
+  const auto lay_out = [&](const std::vector<std::size_t>& counts, std::size_t at) {
+    std::size_t offset = 0;
+    for (std::size_t r = 0; r < members; ++r) {
+      v[at + r] = block_count("all_to_all", counts[r]);
+      v[at + members + r] = block_count("all_to_all", offset);
+      offset += counts[r];
+    }
+    (void)block_count("all_to_all", offset);
+  };
+  lay_out(send_counts, 0);
+  lay_out(recv_counts, 2 * members);
+  check(MPI_Ialltoallv(send, v.data(), v.data() + members, type, recv, v.data() + 2 * members,
+                       v.data() + 3 * members, type, comm_,
+                       &request->requests.emplace_back(MPI_REQUEST_NULL)),
+        "MPI_Ialltoallv");
   return CommHandle(std::move(request));
 }
 

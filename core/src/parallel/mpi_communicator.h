@@ -55,6 +55,9 @@ class MpiCommunicator final : public Communicator {
                                  ReduceOp op) override;
   CommHandle all_gather_impl(const void* send, void* recv, std::size_t send_count,
                              DType dtype) override;
+  CommHandle all_to_all_v_impl(const void* send, const std::vector<std::size_t>& send_counts,
+                               void* recv, const std::vector<std::size_t>& recv_counts,
+                               DType dtype) override;
   CommHandle send_impl(const void* buf, std::size_t count, DType dtype, int peer, int tag) override;
   CommHandle recv_impl(void* buf, std::size_t count, DType dtype, int peer, int tag) override;
 

@@ -147,6 +147,37 @@ class NcclCommunicator final : public Communicator {
                "ncclAllGather");
     return record("all_gather");
   }
+  // NCCL has no all-to-all of its own: one grouped send and recv per peer, as NCCL's guide and
+  // Megatron's dispatcher (torch.distributed.all_to_all_single over NCCL) do it.
+  CommHandle all_to_all_v_impl(const void* send, const std::vector<std::size_t>& send_counts,
+                               void* recv, const std::vector<std::size_t>& recv_counts,
+                               DType dtype) override {
+    producers_done();
+    const std::size_t elem = dtype_size(dtype);
+    const auto* send_bytes = static_cast<const std::uint8_t*>(send);
+    auto* recv_bytes = static_cast<std::uint8_t*>(recv);
+    if (send) check_device_buffer("all_to_all", send);
+    if (recv) check_device_buffer("all_to_all", recv);
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    std::size_t sent = 0, received = 0;
+    for (int r = 0; r < size(); ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      if (send_counts[i] > 0) {
+        check_nccl(ncclSend(send_bytes + sent * elem, send_counts[i], nccl_type(dtype), r, comm_,
+                            stream_),
+                   "ncclSend");
+      }
+      if (recv_counts[i] > 0) {
+        check_nccl(ncclRecv(recv_bytes + received * elem, recv_counts[i], nccl_type(dtype), r,
+                            comm_, stream_),
+                   "ncclRecv");
+      }
+      sent += send_counts[i];
+      received += recv_counts[i];
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    return record("all_to_all");
+  }
   CommHandle send_impl(const void* buf, std::size_t count, DType dtype, int peer,
                        int /*tag*/) override {
     producers_done();

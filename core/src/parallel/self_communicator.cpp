@@ -41,6 +41,18 @@ class SelfCommunicator final : public Communicator {
     return {};
   }
 
+  CommHandle all_to_all_v_impl(const void* send, const std::vector<std::size_t>& send_counts,
+                               void* recv, const std::vector<std::size_t>& recv_counts,
+                               DType dtype) override {
+    if (send_counts[0] != recv_counts[0]) {
+      throw Error("all_to_all on the " + name_ + " group: this rank sends itself " +
+                  std::to_string(send_counts[0]) + " elements but expects " +
+                  std::to_string(recv_counts[0]));
+    }
+    if (send_counts[0] > 0) std::memcpy(recv, send, send_counts[0] * dtype_size(dtype));
+    return {};
+  }
+
   // Unreachable: the base class refuses every peer of a group of one (out of range or itself).
   CommHandle send_impl(const void*, std::size_t, DType, int peer, int) override {
     throw Error("send on the " + name_ + " group: no peer " + std::to_string(peer));

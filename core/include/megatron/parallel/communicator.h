@@ -110,6 +110,15 @@ class Communicator {
   // recv receives size()*send_count elements, block r from group rank r. `send` may alias
   // recv + rank()*send_count (in place); no other overlap is allowed.
   void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype);
+  // Block exchange (MoE's token dispatch): send holds size() consecutive blocks, block r of
+  // send_counts[r] elements going to group rank r; recv receives size() consecutive blocks, block
+  // q of recv_counts[q] elements from group rank q. Counts may be uneven and zero but must agree
+  // pairwise (rank p's send_counts[q] == rank q's recv_counts[p]); every member calls it, even with
+  // nothing to send or receive. send and recv must not overlap.
+  void all_to_all_v(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                    const std::vector<std::size_t>& recv_counts, DType dtype);
+  // Equal blocks of `count` elements each way.
+  void all_to_all(const void* send, void* recv, std::size_t count, DType dtype);
   // Point-to-point with group rank `peer` (for pipeline stages); matching by (peer, tag). The peer
   // must be another member (never this rank) and tag must be >= 0. The receiver's count must equal
   // the sender's.
@@ -121,6 +130,9 @@ class Communicator {
   CommHandle reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType dtype,
                                   ReduceOp op);
   CommHandle all_gather_async(const void* send, void* recv, std::size_t send_count, DType dtype);
+  CommHandle all_to_all_v_async(const void* send, const std::vector<std::size_t>& send_counts,
+                                void* recv, const std::vector<std::size_t>& recv_counts,
+                                DType dtype);
   CommHandle send_async(const void* buf, std::size_t count, DType dtype, int peer, int tag = 0);
   CommHandle recv_async(void* buf, std::size_t count, DType dtype, int peer, int tag = 0);
 
@@ -167,6 +179,12 @@ class Communicator {
                                          DType dtype, ReduceOp op) = 0;
   virtual CommHandle all_gather_impl(const void* send, void* recv, std::size_t send_count,
                                      DType dtype) = 0;
+  // Counts checked: size() of each, some non-zero element on this rank or not, buffers non-null
+  // where their total is non-zero and disjoint.
+  virtual CommHandle all_to_all_v_impl(const void* send,
+                                       const std::vector<std::size_t>& send_counts, void* recv,
+                                       const std::vector<std::size_t>& recv_counts,
+                                       DType dtype) = 0;
   virtual CommHandle send_impl(const void* buf, std::size_t count, DType dtype, int peer,
                                int tag) = 0;
   virtual CommHandle recv_impl(void* buf, std::size_t count, DType dtype, int peer, int tag) = 0;
@@ -174,7 +192,7 @@ class Communicator {
 
 // A group of one: this process alone, with world rank `global_rank`. All-reduce and broadcast are
 // no-ops, since a reduction or broadcast over a single member leaves the buffer as it is;
-// reduce_scatter and all_gather copy send to recv; send/recv throw (there is no peer). Everything
+// reduce_scatter, all_gather and all_to_all copy send to recv; send/recv throw (there is no peer). Everything
 // completes before returning, so its handles are already complete. Used when the program was not
 // started by an MPI launcher, and for groups of one.
 std::unique_ptr<Communicator> make_self_communicator(int global_rank = 0,
