@@ -9,8 +9,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "megatron/nn/init.h"
 #include "megatron/nn/core_blocks.h"
+#include "megatron/nn/init.h"
 #include "megatron/nn/layer.h"
 
 namespace {

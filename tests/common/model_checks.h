@@ -1,4 +1,4 @@
-// Shared model-test helpers: GPT-style random batches, a model's single named loss, and the fp64
+// Shared model-test helpers: random fp64 tensors, GPT-style random batches, a model's single named loss, and the fp64
 // central-difference check of every parameter tensor's gradient.
 #pragma once
 
@@ -15,6 +15,16 @@
 #include "megatron/model.h"
 
 namespace megatron::test {
+
+// An fp64 host tensor of normal(0, std) values drawn from `seed`.
+inline Tensor random_tensor(const Shape& shape, unsigned seed, double std = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, std);
+  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (double& e : v)
+    e = normal(rng);
+  return Tensor::from(v, shape);
+}
 
 // (b, s) random tokens and labels below `vocab`; loss mask 0 where masked_out(i) for flat index i.
 inline Batch gpt_batch(std::int64_t b, std::int64_t s, std::int64_t vocab, unsigned seed,

@@ -14,10 +14,10 @@
 
 #include "common/model_checks.h"
 #include "megatron/error.h"
-#include "megatron/nn/cross_attention.h"
-#include "megatron/nn/layer_stack.h"
 #include "megatron/nn/core_blocks.h"
+#include "megatron/nn/cross_attention.h"
 #include "megatron/nn/layer.h"
+#include "megatron/nn/layer_stack.h"
 
 namespace megatron {
 namespace {
@@ -42,14 +42,7 @@ nn::TransformerConfig config() {
   return c;
 }
 
-Tensor random_tensor(const Shape& shape, unsigned seed, double std = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal(0.0, std);
-  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (double& e : v)
-    e = normal(rng);
-  return Tensor::from(v, shape);
-}
+using test::random_tensor;
 
 // Sample 0 sees every encoder position; sample 1's last three are padding.
 Tensor memory_padding() {
@@ -191,8 +184,8 @@ TEST(CrossAttention, ForwardMatchesPlainComputation) {
   nn::CrossAttention::Saved saved;
   xa.forward(nn::LayerContext{cpu(), false}, x, memory, inputs, 0, y, saved);
   const std::vector<double> got = y.to_vector<double>();
-  const std::vector<double> want =
-      reference_cross_attention(params, x, memory, inputs.get(nn::layer_input::memory_padding_mask));
+  const std::vector<double> want = reference_cross_attention(
+      params, x, memory, inputs.get(nn::layer_input::memory_padding_mask));
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;

@@ -27,14 +27,7 @@ Backend& cpu() {
   return backend_for(Device::cpu());
 }
 
-Tensor random_tensor(const Shape& shape, unsigned seed, double std = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal(0.0, std);
-  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (double& e : v)
-    e = normal(rng);
-  return Tensor::from(v, shape);
-}
+using test::random_tensor;
 
 // y = Linear(x) * gate, the gate a named per-micro-batch input (S, B, h) whose gradient the
 // block adds. Reserves two dropout sites of its own (unused) to test the numbering.
@@ -97,8 +90,8 @@ nn::TransformerConfig config() {
 
 // The test's kind, named "gated" behind a norm of its own name, then the core's MLP block.
 nn::LayerSpec spec() {
-  nn::BlockSpec gated{"gated", {"gated_norm", false}, [] { return std::make_unique<GatedLinear>(); },
-                      {}};
+  nn::BlockSpec gated{
+      "gated", {"gated_norm", false}, [] { return std::make_unique<GatedLinear>(); }, {}};
   return {{gated, nn::mlp_block()}};
 }
 
@@ -132,12 +125,12 @@ TEST(OpenBlocks, ParametersInBlockOrderAndSitesNumberedPerBlock) {
   for (auto& p : f.params)
     names.push_back(p->name);
   const std::string l = "decoder.layers.0.";
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       l + "gated_norm.weight", l + "gated_norm.bias", l + "gated.linear.weight",
-                       l + "gated.linear.bias", l + "pre_mlp_layernorm.weight",
-                       l + "pre_mlp_layernorm.bias", l + "mlp.linear_fc1.weight",
-                       l + "mlp.linear_fc1.bias", l + "mlp.linear_fc2.weight",
-                       l + "mlp.linear_fc2.bias"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{l + "gated_norm.weight", l + "gated_norm.bias",
+                                      l + "gated.linear.weight", l + "gated.linear.bias",
+                                      l + "pre_mlp_layernorm.weight", l + "pre_mlp_layernorm.bias",
+                                      l + "mlp.linear_fc1.weight", l + "mlp.linear_fc1.bias",
+                                      l + "mlp.linear_fc2.weight", l + "mlp.linear_fc2.bias"}));
   // Gated: its own 2 sites and its hidden dropout; the MLP block: its hidden dropout.
   EXPECT_EQ(nn::Layer::dropout_sites(spec()), 4u);
   ASSERT_EQ(f.layer.num_blocks(), 2u);

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "megatron/nn/attention.h"
+#include "megatron/nn/core_blocks.h"
 #include "megatron/nn/cross_attention.h"
 #include "megatron/nn/embedding.h"
+#include "megatron/nn/layer.h"
 #include "megatron/nn/lm_loss.h"
 #include "megatron/nn/mlp.h"
-#include "megatron/nn/core_blocks.h"
-#include "megatron/nn/layer.h"
 #include "tp_test_util.h"
 
 namespace megatron::tp_test {

@@ -1,5 +1,6 @@
-// reduce_scatter, all_gather, all_to_all, send/recv and async handles over real MPI groups (run by mpirun on 4
-// and on 3 ranks): the world, a split group of 3 (+ a group of one), and even/odd groups.
+// reduce_scatter, all_gather, all_to_all, send/recv and async handles over real MPI groups (run by
+// mpirun on 4 and on 3 ranks): the world, a split group of 3 (+ a group of one), and even/odd
+// groups.
 #include <gtest/gtest.h>
 #include <mpi.h>
 

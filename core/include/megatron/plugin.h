@@ -69,17 +69,15 @@ struct PluginDescriptor {
   std::unique_ptr<Plugin> (*create)(PluginContext& context);
   // API 5.0. Dataset plugins: what they will produce, from the validated table alone (no data
   // file opened), for `plan`; nullptr for other kinds.
-  PlannedSamples (*plan_samples)(const config::ConfigTable& table,
-                                 const config::CoreConfig& core);
+  PlannedSamples (*plan_samples)(const config::ConfigTable& table, const config::CoreConfig& core);
 };
 
 // A descriptor whose version fields are those of the SDK headers the plugin is compiled with.
 constexpr PluginDescriptor make_plugin_descriptor(
     PluginKind kind, const char* name, const char* version, const char* description,
-    void (*declare_config)(config::TableSchema&),
-    std::unique_ptr<Plugin> (*create)(PluginContext&),
-    PlannedSamples (*plan_samples)(const config::ConfigTable&, const config::CoreConfig&) =
-        nullptr) {
+    void (*declare_config)(config::TableSchema&), std::unique_ptr<Plugin> (*create)(PluginContext&),
+    PlannedSamples (*plan_samples)(const config::ConfigTable&,
+                                   const config::CoreConfig&) = nullptr) {
   return PluginDescriptor{sizeof(PluginDescriptor),
                           kApiMajor,
                           kApiMinor,

@@ -127,7 +127,8 @@ void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Ten
   const Tensor bias = inputs.get(layer_input::attention_bias);
   Tensor dbias, dbias_sum;
   if (bias.defined()) {
-    dbias_sum = inputs.gradient(layer_input::attention_bias, "self-attention with an attention bias");
+    dbias_sum =
+        inputs.gradient(layer_input::attention_bias, "self-attention with an attention bias");
     dbias = be.empty(bias.shape(), bias.dtype());
   }
   be.attention_backward(bshd(dctx), bshd(saved.q), bshd(saved.k), bshd(saved.v), bshd(saved.out),

@@ -37,8 +37,8 @@ std::unique_ptr<Mixer::Saved> SelfAttentionBlock::forward(const LayerContext& ct
 }
 
 void SelfAttentionBlock::backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
-                                  const LayerInputs& inputs, std::uint64_t first_site,
-                                  Saved& saved, Tensor& dx) const {
+                                  const LayerInputs& inputs, std::uint64_t first_site, Saved& saved,
+                                  Tensor& dx) const {
   attention.backward(ctx, x, dy, inputs, first_site, saved_as<SelfAttention::Saved>(saved), dx);
 }
 
@@ -47,8 +47,7 @@ void CrossAttentionBlock::declare(ParamFactory& factory, const std::string& pref
   attention.declare(factory, prefix, config);
 }
 
-std::unique_ptr<Mixer::Saved> CrossAttentionBlock::forward(const LayerContext& ctx,
-                                                           const Tensor& x,
+std::unique_ptr<Mixer::Saved> CrossAttentionBlock::forward(const LayerContext& ctx, const Tensor& x,
                                                            const LayerInputs& inputs,
                                                            std::uint64_t first_site,
                                                            Tensor& y) const {

@@ -52,8 +52,7 @@ void CrossAttention::check_shapes(const Tensor& x, const Tensor& memory,
     throw Error("cross-attention: " + what + " (x " + shape_str(x.shape()) + ", memory " +
                 (memory.defined() ? shape_str(memory.shape()) : std::string("undefined")) +
                 ", memory padding mask " +
-                (mask.defined() ? shape_str(mask.shape()) : std::string("undefined")) +
-                ")");
+                (mask.defined() ? shape_str(mask.shape()) : std::string("undefined")) + ")");
   };
   if (!memory.defined()) fail("no encoder output (memory) given");
   if (x.dim() != 3 || memory.dim() != 3) fail("x and memory must be (S, B, hidden)");

@@ -65,7 +65,7 @@ Parameter& LanguageModel::output_weight() {
 }
 
 Tensor LanguageModel::pre_forward(const LayerContext& ctx, const Batch& batch,
-                             std::unique_ptr<ProcessState>& state) {
+                                  std::unique_ptr<ProcessState>& state) {
   const Tensor& tokens = batch["tokens"];
   if (tokens.size(1) != info().seq_length) {
     throw Error(name_ + ": batch of sequence length " + std::to_string(tokens.size(1)) +
@@ -111,9 +111,9 @@ Tensor LanguageModel::post_backward(const LayerContext&, ProcessState* state) {
 
 Tensor LanguageModel::logits(const Batch& batch) {
   if (tp().split() || info().pipeline.size > 1) {
-    throw Error(
-        name_ + ": logits() gathers the full vocabulary and is for single-rank reference "
-        "checks; it is not available with tensor or pipeline parallelism");
+    throw Error(name_ +
+                ": logits() gathers the full vocabulary and is for single-rank reference "
+                "checks; it is not available with tensor or pipeline parallelism");
   }
   Backend& be = backend_for(info().device);
   const std::int64_t b = batch["tokens"].size(0), s = batch["tokens"].size(1), rows = s * b;

@@ -110,8 +110,7 @@ void Layer::backward_block(const LayerContext& ctx, const Block& block, const Te
   // y = x + dropout(mixer(norm(x)))
   Tensor dout = be.empty(dy.shape(), dy.dtype());
   if (p > 0) {
-    be.dropout_backward(dy, p, ctx.seed, hidden_offset(ctx, block.hidden_site, dout.numel()),
-                        dout);
+    be.dropout_backward(dy, p, ctx.seed, hidden_offset(ctx, block.hidden_site, dout.numel()), dout);
   } else {
     be.copy(dy, dout);
   }

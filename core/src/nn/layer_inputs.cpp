@@ -36,8 +36,8 @@ void LayerInputs::collect_gradient(const std::string& name, Tensor accumulator) 
 Tensor LayerInputs::gradient(const std::string& name, const std::string& who) const {
   const auto it = gradients_.find(name);
   if (it == gradients_.end()) {
-    throw Error(who + ": the micro-batch gave nowhere to add the gradient of layer input '" +
-                name + "' (LayerInputs::collect_gradient)");
+    throw Error(who + ": the micro-batch gave nowhere to add the gradient of layer input '" + name +
+                "' (LayerInputs::collect_gradient)");
   }
   return it->second;
 }

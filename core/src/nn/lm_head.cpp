@@ -16,15 +16,13 @@ LmLossResult batch_lm_loss(const LayerContext& ctx, const Batch& batch, const Te
   const Tensor mask = batch["loss_mask"].transpose(0, 1).contiguous().view({rows});
   const bool want_outputs = options.outputs && outputs != nullptr;
   LmTokenOutputs tokens;
-  const LmLossResult loss =
-      lm_loss(be, hidden, weight, labels, mask, options.loss_scale,
-              options.backward ? dhidden : nullptr, ctx.compute, tp, bias,
-              want_outputs ? &tokens : nullptr);
+  const LmLossResult loss = lm_loss(be, hidden, weight, labels, mask, options.loss_scale,
+                                    options.backward ? dhidden : nullptr, ctx.compute, tp, bias,
+                                    want_outputs ? &tokens : nullptr);
   if (want_outputs) {
     // Rows are sequence-major (s * B + b); outputs are per sample, (B, S).
     outputs->emplace_back("token_loss", tokens.loss.view({s, b}).transpose(0, 1).contiguous());
-    outputs->emplace_back("token_argmax",
-                          tokens.argmax.view({s, b}).transpose(0, 1).contiguous());
+    outputs->emplace_back("token_argmax", tokens.argmax.view({s, b}).transpose(0, 1).contiguous());
   }
   return loss;
 }

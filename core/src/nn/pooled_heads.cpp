@@ -13,8 +13,8 @@ namespace megatron::nn {
 
 double PooledHeadRun::forward(const LayerContext& ctx, const TensorParallelism& tp,
                               const Linear& pooler, const Tensor& normed, std::int64_t rows,
-                              const Linear& head, std::int64_t num_classes, const Tensor& targets_in,
-                              float dropout_p, std::uint64_t dropout_site,
+                              const Linear& head, std::int64_t num_classes,
+                              const Tensor& targets_in, float dropout_p, std::uint64_t dropout_site,
                               const StepOptions& options) {
   Backend& be = ctx.backend;
   const std::int64_t h = normed.size(1), outputs = head.weight->global_shape[0];

@@ -193,8 +193,7 @@ void Communicator::all_to_all(const void* send, void* recv, std::size_t count, D
 }
 
 CommHandle Communicator::all_to_all_v_async(const void* send,
-                                            const std::vector<std::size_t>& send_counts,
-                                            void* recv,
+                                            const std::vector<std::size_t>& send_counts, void* recv,
                                             const std::vector<std::size_t>& recv_counts,
                                             DType dtype) {
   const char* op = "all_to_all";

@@ -383,10 +383,10 @@ CommHandle MpiCommunicator::all_gather_impl(const void* send, void* recv, std::s
 }
 
 CommHandle MpiCommunicator::all_to_all_v_impl(const void* send,
-                                               const std::vector<std::size_t>& send_counts,
-                                               void* recv,
-                                               const std::vector<std::size_t>& recv_counts,
-                                               DType dtype) {
+                                              const std::vector<std::size_t>& send_counts,
+                                              void* recv,
+                                              const std::vector<std::size_t>& recv_counts,
+                                              DType dtype) {
   const MPI_Datatype type = transfer_type(dtype);
   if (type == MPI_DATATYPE_NULL) throw_unsupported("all_to_all", dtype);
   const auto members = static_cast<std::size_t>(size_);

@@ -163,9 +163,9 @@ class NcclCommunicator final : public Communicator {
     for (int r = 0; r < size(); ++r) {
       const auto i = static_cast<std::size_t>(r);
       if (send_counts[i] > 0) {
-        check_nccl(ncclSend(send_bytes + sent * elem, send_counts[i], nccl_type(dtype), r, comm_,
-                            stream_),
-                   "ncclSend");
+        check_nccl(
+            ncclSend(send_bytes + sent * elem, send_counts[i], nccl_type(dtype), r, comm_, stream_),
+            "ncclSend");
       }
       if (recv_counts[i] > 0) {
         check_nccl(ncclRecv(recv_bytes + received * elem, recv_counts[i], nccl_type(dtype), r,

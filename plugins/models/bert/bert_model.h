@@ -70,7 +70,7 @@ class BertModel : public nn::LayerStackModel {
   nn::Norm lm_norm_;
   Parameter* output_bias_ = nullptr;
   nn::Linear pooler_, binary_head_layer_;  // pretraining with the binary head
-  nn::TaskHeadLayer task_head_;             // fine-tuning
+  nn::TaskHeadLayer task_head_;            // fine-tuning
 };
 
 }  // namespace megatron::bert

@@ -90,9 +90,7 @@ class ParallelAttentionMlp final : public nn::Mixer {
   }
 
  private:
-  static mt::Tensor rows(const mt::Tensor& t) {
-    return t.view({t.size(0) * t.size(1), t.size(2)});
-  }
+  static mt::Tensor rows(const mt::Tensor& t) { return t.view({t.size(0) * t.size(1), t.size(2)}); }
   nn::SelfAttention attention_;
   nn::Mlp mlp_;
 };

@@ -18,9 +18,9 @@ class Layer {
   // Activations backward needs; empty after a forward without `keep` (recomputed layers).
   struct Saved {
     struct Block {
-      Tensor x;        // the block's input (S, B, h)
+      Tensor x;  // the block's input (S, B, h)
       Norm::Saved norm;
-      Tensor normed;   // the mixer's input; x itself without a norm
+      Tensor normed;  // the mixer's input; x itself without a norm
       std::unique_ptr<Mixer::Saved> mixer;
     };
     std::vector<Block> blocks;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "megatron/model.h"
-#include "megatron/nn/model_config.h"
 #include "megatron/nn/layer.h"
+#include "megatron/nn/model_config.h"
 
 namespace megatron::nn {
 
@@ -32,8 +32,8 @@ class LayerStack {
 
   // What backward needs from one forward of a chunk.
   struct State {
-    std::vector<Layer::Saved> saved;       // per layer of the chunk
-    std::vector<Tensor> unit_inputs;             // per recomputation unit
+    std::vector<Layer::Saved> saved;  // per layer of the chunk
+    std::vector<Tensor> unit_inputs;  // per recomputation unit
   };
   // Runs the layers of chunk `chunk` on x (S, B, h) (sequence shards under sequence
   // parallelism); with `keep`, what backward needs goes into `state`. Each layer's parameters go
@@ -49,7 +49,9 @@ class LayerStack {
   // The parameters of layer `layer` (empty when this rank does not hold it).
   const std::vector<Parameter*>& params_of(std::int64_t layer) const;
   // Layer `layer` (declared only when this rank holds it).
-  const Layer& layer(std::int64_t layer) const { return layers_.at(static_cast<std::size_t>(layer)); }
+  const Layer& layer(std::int64_t layer) const {
+    return layers_.at(static_cast<std::size_t>(layer));
+  }
 
  private:
   // Consecutive layers run as one unit; `recompute` ones keep only their input in forward.

@@ -31,9 +31,9 @@ struct PooledHeadRun {
   // tensor-parallel rank) -> `head` -> logits read as (rows x head outputs / classes, classes)
   // scores -> mean cross-entropy against `targets` (one per score row). Returns the mean.
   double forward(const LayerContext& ctx, const TensorParallelism& tp, const Linear& pooler,
-                 const Tensor& normed, std::int64_t rows, const Linear& head,
-                 std::int64_t classes, const Tensor& targets, float dropout,
-                 std::uint64_t dropout_site, const StepOptions& options);
+                 const Tensor& normed, std::int64_t rows, const Linear& head, std::int64_t classes,
+                 const Tensor& targets, float dropout, std::uint64_t dropout_site,
+                 const StepOptions& options);
   // Adds the loss's gradient (of options.loss_scale * the mean) to dnormed's token-0 rows;
   // accumulates the pooler's and head's parameter gradients.
   void backward(const LayerContext& ctx, const TensorParallelism& tp, const Linear& pooler,

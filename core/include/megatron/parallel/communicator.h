@@ -192,9 +192,9 @@ class Communicator {
 
 // A group of one: this process alone, with world rank `global_rank`. All-reduce and broadcast are
 // no-ops, since a reduction or broadcast over a single member leaves the buffer as it is;
-// reduce_scatter, all_gather and all_to_all copy send to recv; send/recv throw (there is no peer). Everything
-// completes before returning, so its handles are already complete. Used when the program was not
-// started by an MPI launcher, and for groups of one.
+// reduce_scatter, all_gather and all_to_all copy send to recv; send/recv throw (there is no peer).
+// Everything completes before returning, so its handles are already complete. Used when the program
+// was not started by an MPI launcher, and for groups of one.
 std::unique_ptr<Communicator> make_self_communicator(int global_rank = 0,
                                                      std::string name = "self");
 
