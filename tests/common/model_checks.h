@@ -1,5 +1,5 @@
-// Shared model-test helpers: random fp64 tensors, GPT-style random batches, a model's single named loss, and the fp64
-// central-difference check of every parameter tensor's gradient.
+// Shared model-test helpers: random fp64 tensors, GPT-style random batches, a model's single named
+// loss, and the fp64 central-difference check of every parameter tensor's gradient.
 #pragma once
 
 #include <gtest/gtest.h>
