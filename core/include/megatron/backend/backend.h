@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "megatron/tensor/tensor.h"
 
@@ -101,6 +102,18 @@ class Backend {
   // dimension must be contiguous.
   virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
                     float alpha = 1.0f, float beta = 0.0f) = 0;
+  // Grouped GEMM over row groups (Mixture of Experts: each expert's tokens): the rows of the
+  // row-grouped operands come in groups of group_rows[g] consecutive rows (host values, zero
+  // allowed, summing to their row count M), one group per expert g of G = group_rows.size().
+  //   !trans_a: c_g = alpha * a_g @ op(b[g]) + beta * c_g; a (M, K) and c (M, N) row-grouped,
+  //             b (G, K, N), or (G, N, K) when trans_b (the experts' weights).
+  //   trans_a:  c[g] = alpha * a_g^T @ b_g + beta * c[g]; a (M, K) and b (M, N) row-grouped,
+  //             c (G, K, N) (the weights' gradients); trans_b must be false.
+  // Dtypes as gemm's. The default runs gemm once per non-empty group (an empty group's c[g] is
+  // scaled by beta); a backend overrides it with a library's grouped form where it pays.
+  virtual void grouped_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                            const std::vector<std::int64_t>& group_rows, Tensor& c,
+                            float alpha = 1.0f, float beta = 0.0f);
 
   // ---- elementwise --------------------------------------------------------------------------
   // y = x + bias, bias (N) broadcast over the rows of x (..., N). y may alias x.
