@@ -49,8 +49,8 @@ class GatedLinear : public nn::Mixer {
     const Tensor& gate = inputs.require(kGate, "gated linear");
     auto state = std::make_unique<State>();
     state->z = ctx.backend.empty(x.shape(), x.dtype());
-    Tensor z_rows = rows(state->z);
-    linear.forward(ctx.backend, rows(x), z_rows);
+    Tensor z_rows = nn::rows_of(state->z);
+    linear.forward(ctx.backend, nn::rows_of(x), z_rows);
     for (std::int64_t i = 0; i < x.numel(); ++i)
       y.data<double>()[i] = state->z.data<double>()[i] * gate.data<double>()[i];
     return state;
@@ -66,13 +66,10 @@ class GatedLinear : public nn::Mixer {
       dz.data<double>()[i] = dy.data<double>()[i] * gate.data<double>()[i];
       dgate.data<double>()[i] += dy.data<double>()[i] * z.data<double>()[i];
     }
-    Tensor dx_rows = rows(dx);
-    linear.backward(ctx.backend, rows(x), rows(dz), &dx_rows);
+    Tensor dx_rows = nn::rows_of(dx);
+    linear.backward(ctx.backend, nn::rows_of(x), nn::rows_of(dz), &dx_rows);
   }
   nn::Linear linear;
-
- private:
-  static Tensor rows(const Tensor& t) { return t.view({t.size(0) * t.size(1), t.size(2)}); }
 };
 
 nn::TransformerConfig config() {

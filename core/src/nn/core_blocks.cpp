@@ -16,10 +16,6 @@ Inner& saved_as(Mixer::Saved& saved) {
   return static_cast<SavedAs<Inner>&>(saved).inner;
 }
 
-Tensor rows_of(const Tensor& t) {
-  return t.view({t.size(0) * t.size(1), t.size(2)});
-}
-
 }  // namespace
 
 void SelfAttentionBlock::declare(ParamFactory& factory, const std::string& prefix,

@@ -73,8 +73,8 @@ class ParallelAttentionMlp final : public nn::Mixer {
     auto state = std::make_unique<State>();
     attention_.forward(ctx, x, inputs, first_site, y, state->attention);
     mt::Tensor m = ctx.backend.empty(x.shape(), x.dtype());
-    mt::Tensor m_rows = rows(m);
-    mlp_.forward(ctx, rows(x), m_rows, state->mlp);
+    mt::Tensor m_rows = nn::rows_of(m);
+    mlp_.forward(ctx, nn::rows_of(x), m_rows, state->mlp);
     ctx.backend.add(y, m, y);
     return state;
   }
@@ -84,13 +84,12 @@ class ParallelAttentionMlp final : public nn::Mixer {
     State& state = static_cast<State&>(saved);
     attention_.backward(ctx, x, dy, inputs, first_site, state.attention, dx);
     mt::Tensor dx_mlp = ctx.backend.empty(x.shape(), x.dtype());
-    mt::Tensor dx_mlp_rows = rows(dx_mlp);
-    mlp_.backward(ctx, rows(x), rows(dy), state.mlp, dx_mlp_rows);
+    mt::Tensor dx_mlp_rows = nn::rows_of(dx_mlp);
+    mlp_.backward(ctx, nn::rows_of(x), nn::rows_of(dy), state.mlp, dx_mlp_rows);
     ctx.backend.add(dx, dx_mlp, dx);
   }
 
  private:
-  static mt::Tensor rows(const mt::Tensor& t) { return t.view({t.size(0) * t.size(1), t.size(2)}); }
   nn::SelfAttention attention_;
   nn::Mlp mlp_;
 };

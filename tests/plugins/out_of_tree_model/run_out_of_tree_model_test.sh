@@ -113,14 +113,19 @@ echo "== and trains it for 6 iterations on the bundled corpus"
 "$app" --config "$work/llama_tiny.toml" > "$work/train.out" 2>&1 \
   || { cat "$work/train.out"; fail "training failed"; }
 expect "$work/train.out" "llama_tiny: 2 layers, hidden 64, 4 heads \(2 query groups"
-grep -E "iteration +[0-9]+/ +6 .* lm loss: " "$work/train.out" > "$work/losses.txt" \
-  || { cat "$work/train.out"; fail "no lm loss lines"; }
-[ "$(wc -l < "$work/losses.txt")" -eq 6 ] || { cat "$work/losses.txt"; fail "expected 6 loss lines"; }
-loss_of() { sed -E 's/.* lm loss: ([0-9.eE+-]+).*/\1/' <<< "$1"; }
-first=$(loss_of "$(head -n1 "$work/losses.txt")")
-last=$(loss_of "$(tail -n1 "$work/losses.txt")")
-echo "lm loss: iteration 1 $first, iteration 6 $last"
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not fall ($first -> $last)"
+# expect_falling_loss TRAIN_OUTPUT: 6 lm loss lines, the last below the first.
+expect_falling_loss() {
+  local out=$1 losses="$1.losses"
+  grep -E "iteration +[0-9]+/ +6 .* lm loss: " "$out" > "$losses" \
+    || { cat "$out"; fail "no lm loss lines in $out"; }
+  [ "$(wc -l < "$losses")" -eq 6 ] || { cat "$losses"; fail "expected 6 loss lines in $out"; }
+  local first last
+  first=$(sed -E 's/.* lm loss: ([0-9.eE+-]+).*/\1/' <<< "$(head -n1 "$losses")")
+  last=$(sed -E 's/.* lm loss: ([0-9.eE+-]+).*/\1/' <<< "$(tail -n1 "$losses")")
+  echo "lm loss: iteration 1 $first, iteration 6 $last"
+  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not fall ($first -> $last)"
+}
+expect_falling_loss "$work/train.out"
 
 echo "== its checkpoint holds LLaMA's parameters, no position table"
 "$app" inspect "$work/checkpoints" > "$work/inspect.out" 2>&1 \
@@ -142,12 +147,7 @@ echo "== GPT-J's parallel layer, a block kind of the plugin's own, trains the sa
   --set checkpoint.save="$work/checkpoints_parallel" > "$work/train_parallel.out" 2>&1 \
   || { cat "$work/train_parallel.out"; fail "training the parallel layers failed"; }
 expect "$work/train_parallel.out" "parallel attention \+ MLP layers"
-grep -E "iteration +[0-9]+/ +6 .* lm loss: " "$work/train_parallel.out" > "$work/losses_parallel.txt" \
-  || { cat "$work/train_parallel.out"; fail "no lm loss lines (parallel layers)"; }
-first=$(loss_of "$(head -n1 "$work/losses_parallel.txt")")
-last=$(loss_of "$(tail -n1 "$work/losses_parallel.txt")")
-echo "parallel layers: lm loss iteration 1 $first, iteration 6 $last"
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not fall ($first -> $last)"
+expect_falling_loss "$work/train_parallel.out"
 "$app" inspect "$work/checkpoints_parallel" > "$work/inspect_parallel.out" 2>&1 \
   || { cat "$work/inspect_parallel.out"; fail "inspect failed (parallel layers)"; }
 # One norm per layer in front of both: no pre_mlp_layernorm.

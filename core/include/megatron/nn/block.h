@@ -19,6 +19,11 @@
 
 namespace megatron::nn {
 
+// An activation (S, B, h) as rows (S * B, h), the layout the linear layers take.
+inline Tensor rows_of(const Tensor& t) {
+  return t.view({t.size(0) * t.size(1), t.size(2)});
+}
+
 // What a block runs between its norm and its dropout.
 class Mixer {
  public:
