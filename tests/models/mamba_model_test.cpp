@@ -8,13 +8,17 @@
 #include <cmath>
 
 #include "common/model_checks.h"
-#include "hybrid_layers.h"
 #include "mamba_model.h"
 #include "megatron/error.h"
+#include "megatron/nn/hybrid_layers.h"
 #include "megatron/nn/init.h"
 
 namespace megatron::mamba {
 namespace {
+
+using nn::allocate_by_ratio;
+using nn::allocate_layers;
+using nn::HybridLayers;
 
 MambaConfig tiny_config(const std::string& pattern) {
   MambaConfig c;

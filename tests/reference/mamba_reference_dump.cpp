@@ -39,7 +39,7 @@ mamba::MambaConfig variant_config(const std::string& variant) {
   t.mamba_chunk_size = 16;  // 40 tokens: two whole chunks and a partial one
   c.model.position_embedding = nn::PositionEmbedding::none;
   c.model.untie_embeddings_and_output_weights = true;
-  c.layers = mamba::allocate_layers(t.num_layers, 0, 0, pattern);
+  c.layers = nn::allocate_layers(t.num_layers, 0, 0, pattern);
   return c;
 }
 

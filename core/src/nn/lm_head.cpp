@@ -27,4 +27,45 @@ LmLossResult batch_lm_loss(const LayerContext& ctx, const Batch& batch, const Te
   return loss;
 }
 
+void TransformLmHead::declare(ParamFactory& factory, const std::string& prefix,
+                              const TransformerConfig& config) {
+  const std::int64_t h = config.hidden_size;
+  dense_ = Linear::declare(factory, prefix + ".dense", h, h, true, config.init_method_std);
+  dense_.weight->sequence_parallel = dense_.bias->sequence_parallel = factory.tp.sp();
+  norm_ =
+      Norm::declare(factory, prefix + ".layer_norm", h, NormKind::layernorm, config.norm_epsilon);
+}
+
+LmLossResult TransformLmHead::forward(const LayerContext& ctx, const Batch& batch,
+                                      const Tensor& normed, Parameter& weight, Parameter* bias,
+                                      const StepOptions& options, const TensorParallelism& tp,
+                                      Run& run) const {
+  Backend& be = ctx.backend;
+  const Shape shape = normed.shape();
+  const DType dt = normed.dtype();
+  run.normed = normed;
+  run.dense_out = be.empty(shape, dt);
+  dense_.forward(be, normed, run.dense_out, ctx.compute);
+  // BertLMHead applies torch.nn.functional.gelu: the exact (erf) form.
+  run.activated = be.empty(shape, dt);
+  be.gelu_forward(run.dense_out, run.activated, GeluApproximation::none);
+  run.transformed = be.empty(shape, dt);
+  norm_.forward(be, run.activated, run.transformed, run.norm_saved);
+  if (options.backward) run.dtransformed = be.empty(shape, dt);
+  return batch_lm_loss(ctx, batch, run.transformed, weight, bias, options, tp, &run.dtransformed);
+}
+
+Tensor TransformLmHead::backward(const LayerContext& ctx, Run& run) const {
+  Backend& be = ctx.backend;
+  const Shape shape = run.normed.shape();
+  const DType dt = run.normed.dtype();
+  Tensor dactivated = be.empty(shape, dt);
+  norm_.backward(be, run.dtransformed, run.activated, run.norm_saved, dactivated);
+  Tensor ddense = be.empty(shape, dt);
+  be.gelu_backward(dactivated, run.dense_out, ddense, GeluApproximation::none);
+  Tensor dnormed = be.empty(shape, dt);
+  dense_.backward(be, run.normed, ddense, &dnormed, ctx.compute);
+  return dnormed;
+}
+
 }  // namespace megatron::nn

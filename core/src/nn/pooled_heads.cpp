@@ -100,6 +100,10 @@ void PooledHeadRun::backward(const LayerContext& ctx, const TensorParallelism& t
 TaskHeadParameters TaskHeadLayer::parameters(const TaskHead& head, bool pooler_in_checkpoint) {
   TaskHeadParameters names;
   if (head.kind == TaskHead::Kind::pretraining) return names;
+  if (head.num_classes < 1 + (head.kind == TaskHead::Kind::classification)) {
+    throw ConfigError("a task head needs at least 2 classes or choices, got " +
+                      std::to_string(head.num_classes));
+  }
   names.added = {head.kind == TaskHead::Kind::classification ? "classification_head."
                                                              : "multichoice_head."};
   if (!pooler_in_checkpoint) names.added.push_back("pooler.");
@@ -108,6 +112,18 @@ TaskHeadParameters TaskHeadLayer::parameters(const TaskHead& head, bool pooler_i
 
 std::int64_t TaskHeadLayer::sequences_per_sample(const TaskHead& head) {
   return head.kind == TaskHead::Kind::multiple_choice ? head.num_classes : 1;
+}
+
+Tensor TaskHeadLayer::sequences(const TaskHead& head, const Batch& batch, const char* field,
+                                const std::string& model) {
+  const Tensor& t = batch[field];
+  const std::int64_t c = sequences_per_sample(head);
+  if (c == 1) return t;
+  if (t.dim() != 3 || t.size(1) != c) {
+    throw Error(model + " multiple-choice head: field '" + std::string(field) + "' is " +
+                t.describe() + "; expected (samples, " + std::to_string(c) + ", sequence)");
+  }
+  return t.view({t.size(0) * c, t.size(2)});
 }
 
 void TaskHeadLayer::declare(ParamFactory& factory, const TransformerConfig& config,

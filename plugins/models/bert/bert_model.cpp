@@ -35,36 +35,17 @@ BertModel::BertModel(BertConfig config)
       binary_head_(config.binary_head) {}
 
 TaskHeadParameters BertModel::select_head(const TaskHead& head) {
-  if (head.kind != TaskHead::Kind::pretraining &&
-      head.num_classes < 1 + (head.kind == TaskHead::Kind::classification)) {
-    throw ConfigError("BERT: a task head needs at least 2 classes or choices, got " +
-                      std::to_string(head.num_classes));
-  }
-  head_ = head;
-  if (head.kind == TaskHead::Kind::pretraining) return {};
   // Megatron's task models always pool; a checkpoint without the binary head has no pooler.
   TaskHeadParameters names = nn::TaskHeadLayer::parameters(head, binary_head_);
+  head_ = head;
+  if (head.kind == TaskHead::Kind::pretraining) return {};
   names.dropped = {"lm_head.", "output_layer.", "binary_head."};
   return names;
 }
 
-std::int64_t BertModel::sequences_per_sample() const {
-  return nn::TaskHeadLayer::sequences_per_sample(head_);
-}
-
-Tensor BertModel::sequences(const Batch& batch, const char* field) const {
-  const Tensor& t = batch[field];
-  const std::int64_t c = sequences_per_sample();
-  if (c == 1) return t;
-  if (t.dim() != 3 || t.size(1) != c) {
-    throw Error("BERT multiple-choice head: field '" + std::string(field) + "' is " + t.describe() +
-                "; expected (samples, " + std::to_string(c) + ", sequence)");
-  }
-  return t.view({t.size(0) * c, t.size(2)});
-}
-
 SampleSpec BertModel::stage_inputs(int virtual_stage, std::int64_t micro_batch_size) const {
-  return LayerStackModel::stage_inputs(virtual_stage, micro_batch_size * sequences_per_sample());
+  return LayerStackModel::stage_inputs(
+      virtual_stage, micro_batch_size * nn::TaskHeadLayer::sequences_per_sample(head_));
 }
 
 SampleSpec BertModel::input_fields() const {
@@ -116,12 +97,7 @@ void BertModel::declare_post_process(nn::ParamFactory& factory, bool with_pre_pr
     task_head_.declare(factory, tc, head_);
     return;
   }
-  // The LM head's dense layer and LayerNorm are replicated and run on sequence shards under
-  // sequence parallelism, so their gradients are partial sums (Megatron sets the attribute too).
-  lm_dense_ = nn::Linear::declare(factory, "lm_head.dense", h, h, true, tc.init_method_std);
-  lm_dense_.weight->sequence_parallel = lm_dense_.bias->sequence_parallel = factory.tp.sp();
-  lm_norm_ =
-      nn::Norm::declare(factory, "lm_head.layer_norm", h, nn::NormKind::layernorm, tc.norm_epsilon);
+  lm_head_.declare(factory, "lm_head", tc);
   output_copy_ = declare_output_weight(factory, with_pre_process, false);
   output_bias_ = &factory.declare("output_layer.bias", {padded_vocab_}, ParamInit::zeros, 0, false,
                                   nn::Split{0, 1});
@@ -130,10 +106,6 @@ void BertModel::declare_post_process(nn::ParamFactory& factory, bool with_pre_pr
     binary_head_layer_ =
         nn::Linear::declare(factory, "binary_head", h, 2, true, tc.init_method_std);
   }
-}
-
-Parameter& BertModel::output_weight() {
-  return output_copy_ ? *output_copy_ : *embedding_.word_embeddings;
 }
 
 nn::LayerInputs BertModel::layer_inputs(const nn::LayerContext& ctx, const Batch& batch) {

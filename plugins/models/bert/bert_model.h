@@ -12,6 +12,7 @@
 #include "megatron/nn/embedding.h"
 #include "megatron/nn/layer_stack_model.h"
 #include "megatron/nn/linear.h"
+#include "megatron/nn/lm_head.h"
 #include "megatron/nn/pooled_heads.h"
 
 namespace megatron::bert {
@@ -50,24 +51,17 @@ class BertModel : public nn::LayerStackModel {
   Tensor post_backward(const nn::LayerContext& ctx, ProcessState* state) override;
 
  private:
-  // bert_heads.cpp: the LM head and loss, and the sentence-order head, forward and backward.
-  struct LmHeadState;
-  struct PostState;
-  double lm_head_forward(const nn::LayerContext& ctx, const Batch& batch, const Tensor& normed,
-                         const StepOptions& options, LmHeadState& st);
-  Tensor lm_head_backward(const nn::LayerContext& ctx, LmHeadState& st);
-  Parameter& output_weight();
-  // Sequences per sample: the choices of a multiple-choice head, else 1.
-  std::int64_t sequences_per_sample() const;
-  // A per-sequence field of the batch as (sequences, S): (B, C, S) flattened for multiple choice.
-  Tensor sequences(const Batch& batch, const char* field) const;
+  struct PostState;  // bert_heads.cpp
+  // A per-sequence field as (sequences, S): multiple-choice samples hold every choice's.
+  Tensor sequences(const Batch& batch, const char* field) const {
+    return nn::TaskHeadLayer::sequences(head_, batch, field, "BERT");
+  }
 
   bool binary_head_ = true;
   TaskHead head_;
   nn::Embedding embedding_;
   Parameter* output_copy_ = nullptr;  // the last stage's tied copy under pipeline parallelism
-  nn::Linear lm_dense_;
-  nn::Norm lm_norm_;
+  nn::TransformLmHead lm_head_;
   Parameter* output_bias_ = nullptr;
   nn::Linear pooler_, binary_head_layer_;  // pretraining with the binary head
   nn::TaskHeadLayer task_head_;            // fine-tuning

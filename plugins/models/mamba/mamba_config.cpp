@@ -37,8 +37,8 @@ void declare_mamba_config(config::TableSchema& schema) {
                                      std::to_string(t.integer("mamba_num_groups")));
     }
     try {
-      allocate_layers(t.integer("num_layers"), t.real("hybrid_attention_ratio"),
-                      t.real("hybrid_mlp_ratio"), t.find_string("hybrid_layer_pattern"));
+      nn::allocate_layers(t.integer("num_layers"), t.real("hybrid_attention_ratio"),
+                          t.real("hybrid_mlp_ratio"), t.find_string("hybrid_layer_pattern"));
     } catch (const ConfigError& e) {
       const std::string what = e.what();
       const std::string key = what.find("hybrid_layer_pattern") != std::string::npos
@@ -58,8 +58,8 @@ MambaConfig parse_mamba_config(const config::ConfigTable& t) {
   tc.mamba_num_groups = t.integer("mamba_num_groups");
   tc.mamba_num_heads = t.find_integer("mamba_num_heads").value_or(0);
   tc.mamba_chunk_size = t.integer("mamba_chunk_size");
-  c.layers = allocate_layers(tc.num_layers, t.real("hybrid_attention_ratio"),
-                             t.real("hybrid_mlp_ratio"), t.find_string("hybrid_layer_pattern"));
+  c.layers = nn::allocate_layers(tc.num_layers, t.real("hybrid_attention_ratio"),
+                                 t.real("hybrid_mlp_ratio"), t.find_string("hybrid_layer_pattern"));
   return c;
 }
 

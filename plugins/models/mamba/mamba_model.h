@@ -8,16 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "hybrid_layers.h"
 #include "megatron/config/schema.h"
 #include "megatron/config/table.h"
+#include "megatron/nn/hybrid_layers.h"
 #include "megatron/nn/language_model.h"
 
 namespace megatron::mamba {
 
 struct MambaConfig {
   nn::ModelConfig model;  // model.transformer carries the mamba_* sizes
-  HybridLayers layers;
+  nn::HybridLayers layers;
 };
 
 void declare_mamba_config(config::TableSchema& schema);
@@ -32,13 +32,13 @@ class MambaModel : public nn::LanguageModel {
   // Megatron's hybrid_flops (training.py): each layer kind's forward FLOPs plus the logits, x 3.
   double flops_per_iteration(std::int64_t samples) const override;
 
-  const HybridLayers& layers() const { return layers_; }
+  const nn::HybridLayers& layers() const { return layers_; }
 
  protected:
   nn::LayerSpec layer_spec(std::int64_t layer) const override;
 
  private:
-  HybridLayers layers_;
+  nn::HybridLayers layers_;
 };
 
 }  // namespace megatron::mamba

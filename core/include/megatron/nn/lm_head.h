@@ -3,9 +3,14 @@
 // layer, as Megatron's loss_func computes it.
 #pragma once
 
+#include <string>
+
 #include "megatron/model.h"
 #include "megatron/nn/layer_context.h"
+#include "megatron/nn/linear.h"
 #include "megatron/nn/lm_loss.h"
+#include "megatron/nn/norm.h"
+#include "megatron/nn/transformer_config.h"
 
 namespace megatron::nn {
 
@@ -19,5 +24,30 @@ LmLossResult batch_lm_loss(const LayerContext& ctx, const Batch& batch, const Te
                            Parameter& weight, Parameter* bias, const StepOptions& options,
                            const TensorParallelism& tp, Tensor* dhidden,
                            NamedTensors* outputs = nullptr);
+
+// Megatron's BertLMHead, a language-model head with a transform before the output layer:
+// `<prefix>.dense` (h -> h) -> exact (erf) gelu -> `<prefix>.layer_norm`, then batch_lm_loss
+// through the caller's output weight and bias.
+class TransformLmHead {
+ public:
+  // The dense layer and LayerNorm are replicated and run on sequence shards under sequence
+  // parallelism, so their gradients are partial sums (marked, as Megatron marks them).
+  void declare(ParamFactory& factory, const std::string& prefix, const TransformerConfig& config);
+  // What backward needs from one micro-batch.
+  struct Run {
+    Tensor normed, dense_out, activated, transformed;  // (rows, h) each
+    Norm::Saved norm_saved;
+    Tensor dtransformed;  // the loss gradient at the LayerNorm's output, computed with the loss
+  };
+  LmLossResult forward(const LayerContext& ctx, const Batch& batch, const Tensor& normed,
+                       Parameter& weight, Parameter* bias, const StepOptions& options,
+                       const TensorParallelism& tp, Run& run) const;
+  // The gradient w.r.t. normed; accumulates the transform's parameter gradients.
+  Tensor backward(const LayerContext& ctx, Run& run) const;
+
+ private:
+  Linear dense_;
+  Norm norm_;
+};
 
 }  // namespace megatron::nn

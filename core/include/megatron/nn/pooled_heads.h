@@ -46,10 +46,15 @@ struct PooledHeadRun {
 class TaskHeadLayer {
  public:
   // The head's parameters, added to a pretrained checkpoint's, and the pooler's when
-  // `pooler_in_checkpoint` is false (a model pretrained without one).
+  // `pooler_in_checkpoint` is false (a model pretrained without one). Refuses (ConfigError) a
+  // head of fewer than 2 classes or choices.
   static TaskHeadParameters parameters(const TaskHead& head, bool pooler_in_checkpoint);
   // Sequences per sample: the choices of a multiple-choice head, else 1.
   static std::int64_t sequences_per_sample(const TaskHead& head);
+  // A per-sequence field of the batch as (sequences, S): a multiple-choice batch's (B, C, S)
+  // flattened; otherwise the field itself. `model` names the model in errors.
+  static Tensor sequences(const TaskHead& head, const Batch& batch, const char* field,
+                          const std::string& model);
 
   void declare(ParamFactory& factory, const TransformerConfig& config, const TaskHead& head);
   // normed: the final hidden states of samples x sequences_per_sample sequences. Returns "lm

@@ -1,12 +1,13 @@
-// Hybrid layer allocation as Megatron-core's mamba_hybrid_layer_allocation.py does it.
-#include "hybrid_layers.h"
+// Hybrid layer allocation as Megatron-core's mamba_hybrid_layer_allocation.py does it (core, as
+// in Megatron-core: any hybrid model's layer pattern, not only the mamba plugin's).
+#include "megatron/nn/hybrid_layers.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "megatron/error.h"
 
-namespace megatron::mamba {
+namespace megatron::nn {
 
 namespace {
 
@@ -115,4 +116,4 @@ HybridLayers allocate_layers(std::int64_t layers, double attention_ratio, double
   return out;
 }
 
-}  // namespace megatron::mamba
+}  // namespace megatron::nn

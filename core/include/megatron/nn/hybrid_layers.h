@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace megatron::mamba {
+namespace megatron::nn {
 
 // One character per layer: 'M' Mamba, '*' attention, '-' MLP.
 struct HybridLayers {
@@ -27,4 +27,4 @@ std::string allocate_by_ratio(std::int64_t layers, double attention_ratio, doubl
 HybridLayers allocate_layers(std::int64_t layers, double attention_ratio, double mlp_ratio,
                              const std::optional<std::string>& pattern);
 
-}  // namespace megatron::mamba
+}  // namespace megatron::nn
