@@ -126,6 +126,13 @@ class Backend {
   virtual void scale(Tensor& x, double alpha) = 0;
   // y += alpha * x.
   virtual void axpy(double alpha, const Tensor& x, Tensor& y) = 0;
+  // Per-row scaling (Mixture of Experts: each expert output by its routing weight):
+  // y[m, :] = x[m, :] * scales[m]; x, y (M, N) with contiguous rows, scales (M), one float dtype
+  // (f32 or f64). y may alias x.
+  virtual void scale_rows(const Tensor& x, const Tensor& scales, Tensor& y) = 0;
+  // Per-row dot products (the routing weights' gradient): out[m] = sum_j a[m, j] * b[m, j] in
+  // the dtype's precision, summed in index order; a, b (M, N), out (M), one float dtype.
+  virtual void row_dots(const Tensor& a, const Tensor& b, Tensor& out) = 0;
 
   // ---- normalisation (over the last dimension) ----------------------------------------------
   // y = (x - mean) * rstd * weight + bias; x, y (..., N); weight, bias (N) (bias may be null);

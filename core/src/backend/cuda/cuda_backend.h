@@ -82,6 +82,8 @@ class CudaBackend final : public Backend {
   void bias_grad(const Tensor& dy, Tensor& dbias, bool accumulate) override;
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void scale(Tensor& x, double alpha) override;
+  void scale_rows(const Tensor& x, const Tensor& scales, Tensor& y) override;
+  void row_dots(const Tensor& a, const Tensor& b, Tensor& out) override;
   void axpy(double alpha, const Tensor& x, Tensor& y) override;
   void gelu_forward(const Tensor& x, Tensor& y, GeluApproximation approx) override;
   void tanh_forward(const Tensor& x, Tensor& y) override;
