@@ -68,6 +68,10 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
       layout.tensor, layout.pipeline, layout.data, world, layout.micro_batch_size,
       run.global_batch_size, layout.num_micro_batches, precision);
   std::cout << "total parameters: " << thousands(plan.total_parameters) << "\n";
+  if (plan.active_parameters != plan.total_parameters) {
+    std::cout << "active parameters (per token, Mixture of Experts): "
+              << thousands(plan.active_parameters) << "\n";
+  }
   std::cout << "parameters per rank (one tensor-parallel rank of each pipeline stage):\n";
   for (const auto& s : plan.stages) {
     std::cout << fmt::format("  stage {:3d}: {:3d} layers, {:>18} parameters\n", s.stage, s.layers,

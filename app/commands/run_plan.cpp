@@ -78,6 +78,14 @@ RunPlan plan_run(Session& session, MpiRuntime& runtime, const config::ParallelCo
   layout.tensor = parallel.tensor_model_parallel_size;
   layout.pipeline = parallel.pipeline_model_parallel_size;
   layout.data = data_parallel;
+  layout.expert = parallel.expert_model_parallel_size;
+  // Megatron carves the expert-parallel group out of the data-parallel ranks (expert tensor
+  // parallelism = tensor parallelism here).
+  if ((data_parallel * parallel.context_parallel_size) % layout.expert != 0) {
+    throw ConfigError("[parallel] expert_model_parallel_size " + std::to_string(layout.expert) +
+                      " must divide the data-parallel x context-parallel size " +
+                      std::to_string(data_parallel * parallel.context_parallel_size));
+  }
   layout.micro_batch_size = batches.micro_batch_size();
   layout.num_micro_batches = batches.at(1LL << 62, false).num_micro_batches;
   layout.overlap_grad_reduce = core.ddp.overlap_grad_reduce;

@@ -149,7 +149,7 @@ TEST(TokenizerFactory, KnowsGpt2AndNamesWhatIsMissing) {
     EXPECT_STREQ(e.what(),
                  "unknown tokenizer type 'SentencePiece'; supported: GPT2BPETokenizer, "
                  "BertWordPieceLowerCase, BertWordPieceCase, GPTSentencePieceTokenizer, "
-                 "SentencePieceTokenizer");
+                 "SentencePieceTokenizer, NullTokenizer");
   }
 }
 

@@ -13,13 +13,13 @@ run_tiny --set "checkpoint.save=$work/resumed" --set "checkpoint.load=$work/resu
     --set "logging.metrics_file=$work/second.jsonl" > /dev/null
 
 /usr/bin/python3 - "$work" <<'PY'
-import json, sys
+import json, os, sys
 import h5py, numpy as np
 work = sys.argv[1]
 def losses(name):
     rows = [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
-    # every loss of the model (lm loss; BERT's sop loss too)
-    return {r["iteration"]: {k: v for k, v in r.items() if k.endswith(" loss")}
+    # every loss of the model (lm loss; BERT's sop loss; MoE's load_balancing_loss and z_loss)
+    return {r["iteration"]: {k: v for k, v in r.items() if k.endswith("loss")}
             for r in rows if r["record"] == "train"}
 straight, first, second = losses("straight"), losses("first"), losses("second")
 assert sorted(first) == [1, 2, 3, 4], first
@@ -28,6 +28,8 @@ for it in range(1, 9):
     got = first.get(it, second.get(it))
     assert got == straight[it], f"iteration {it}: resumed loss {got!r} != straight {straight[it]!r}"
 assert straight[8]["lm loss"] < straight[1]["lm loss"], "loss did not fall"
+for name in filter(None, os.environ.get("EXPECT_LOSSES", "").split(",")):
+    assert all(name in straight[it] for it in range(1, 9)), f"{name} not logged every iteration"
 a = h5py.File(f"{work}/straight/iter_0000008.h5")
 b = h5py.File(f"{work}/resumed/iter_0000008.h5")
 names = []

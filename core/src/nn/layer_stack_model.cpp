@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "megatron/error.h"
+#include "megatron/nn/moe/moe_block.h"
 #include "megatron/tokenizer/tokenizer.h"
 
 namespace megatron::nn {
@@ -18,8 +19,11 @@ LayerStackModel::LayerStackModel(ModelConfig config, std::string name, std::stri
       stack_prefix_(std::move(stack_prefix)),
       final_norm_name_(std::move(final_norm)) {}
 
-LayerSpec LayerStackModel::layer_spec(std::int64_t) const {
-  return transformer_layer_spec(AttentionMask::causal);
+LayerSpec LayerStackModel::layer_spec(std::int64_t layer) const {
+  LayerSpec spec = transformer_layer_spec(AttentionMask::causal);
+  // Megatron's GPT decoder block spec: the MLP of an MoE layer is an MoE block.
+  if (config_.transformer.moe.is_moe_layer(layer)) spec.blocks.back() = moe_block();
+  return spec;
 }
 
 LayerInputs LayerStackModel::layer_inputs(const LayerContext&, const Batch&) {
@@ -46,8 +50,8 @@ Tensor key_padding_from_mask(Backend& be, const Tensor& mask) {
 }
 
 LayerContext layer_context(const ModelBuildInfo& info, const StepOptions& options) {
-  return {backend_for(info.device), options.training, options.dropout_seed, options.dropout_offset,
-          info.compute_dtype};
+  return {backend_for(info.device), options.training,   options.dropout_seed,
+          options.dropout_offset,   info.compute_dtype, options.loss_scale};
 }
 
 TensorParallelism model_tensor_parallelism(const ModelBuildInfo& info, const std::string& name,
@@ -174,7 +178,10 @@ Model::ChunkOutput LayerStackModel::forward_chunk(int chunk, std::int64_t micro_
   if (chunk < 0 || chunk >= static_cast<int>(stack_.chunks().size())) {
     throw Error(name_ + ": no pipeline chunk " + std::to_string(chunk) + " on this stage");
   }
-  const LayerContext ctx = context(options);
+  // A training forward collects its layers' auxiliary losses (MoE) for the log.
+  AuxLosses aux;
+  LayerContext ctx = context(options);
+  if (options.backward && options.training) ctx.aux_losses = &aux;
   Backend& be = ctx.backend;
   Pending p;
   p.inputs = layer_inputs(ctx, batch);
@@ -204,6 +211,9 @@ Model::ChunkOutput LayerStackModel::forward_chunk(int chunk, std::int64_t micro_
     final_norm_.forward(be, p.x_rows, normed, p.final_saved);
     out.loss = post_forward(ctx, batch, normed, options, p.post);
   }
+  // Logged, not optimised: the layers add their gradients themselves.
+  for (const auto& [name, term] : aux.terms)
+    out.loss.losses.push_back({name, term.first, term.second, false});
   if (options.backward) {
     if (!pending_.emplace(std::pair{chunk, micro_batch}, std::move(p)).second) {
       throw Error(name_ + ": forward of chunk " + std::to_string(chunk) + ", micro-batch " +
@@ -247,15 +257,21 @@ NamedTensors LayerStackModel::backward_chunk(int chunk, std::int64_t micro_batch
   return {};
 }
 
-StepResult LayerStackModel::step(const Batch& batch, const StepOptions& options) {
-  if (info_.pipeline.size > 1 || stack_.chunks().size() > 1) {
-    throw Error(name_ +
+StepResult step_whole_model(Model& model, const std::string& name, bool whole, const Batch& batch,
+                            const StepOptions& options) {
+  if (!whole) {
+    throw Error(name +
                 ": step() runs the whole model; a pipeline stage runs forward_chunk / "
                 "backward_chunk");
   }
-  const ChunkOutput out = forward_chunk(0, -1, batch, {}, options);
-  if (options.backward) backward_chunk(0, -1, {}, options);
+  const Model::ChunkOutput out = model.forward_chunk(0, -1, batch, {}, options);
+  if (options.backward) model.backward_chunk(0, -1, {}, options);
   return out.loss;
+}
+
+StepResult LayerStackModel::step(const Batch& batch, const StepOptions& options) {
+  return step_whole_model(*this, name_, info_.pipeline.size == 1 && stack_.chunks().size() == 1,
+                          batch, options);
 }
 
 Tensor LayerStackModel::final_hidden(const Batch& batch) {
@@ -289,8 +305,19 @@ double LayerStackModel::flops_per_iteration(std::int64_t samples) const {
   const double q_ratio = static_cast<double>(tc.kv_channels) * np / h;
   const double glu = tc.swiglu ? 1.5 : 1.0;
   const double ffn = static_cast<double>(tc.ffn_hidden_size);
-  return 12.0 * gbs * s * l * h * h * ((1.0 + ng / np + s / h / 2.0) * q_ratio + ffn / h * glu) +
-         6.0 * gbs * s * h * static_cast<double>(padded_vocab_);
+  const double vocab = 6.0 * gbs * s * h * static_cast<double>(padded_vocab_);
+  if (tc.moe.num_experts == 0) {
+    return 12.0 * gbs * s * l * h * h * ((1.0 + ng / np + s / h / 2.0) * q_ratio + ffn / h * glu) +
+           vocab;
+  }
+  // Megatron's MoE count: an MoE layer's MLP is its top-k experts' and the shared experts'.
+  const MoeConfig& moe = tc.moe;
+  const double moe_ffn =
+      static_cast<double>(moe.ffn_hidden_size * moe.routing.topk + moe.shared_expert_ffn);
+  double mlp = 0;
+  for (std::int64_t layer = 0; layer < tc.num_layers; ++layer)
+    mlp += (moe.is_moe_layer(layer) ? moe_ffn : ffn) / h * glu;
+  return 12.0 * gbs * s * h * h * (l * (1.0 + ng / np + s / h / 2.0) * q_ratio + mlp) + vocab;
 }
 
 ModelDimensions LayerStackModel::dimensions() const {

@@ -371,14 +371,7 @@ NamedTensors MultiStackModel::backward_chunk(int chunk, std::int64_t micro_batch
 }
 
 StepResult MultiStackModel::step(const Batch& batch, const StepOptions& options) {
-  if (info_.pipeline.size > 1) {
-    throw Error(name_ +
-                ": step() runs the whole model; a pipeline stage runs forward_chunk / "
-                "backward_chunk");
-  }
-  const ChunkOutput out = forward_chunk(0, -1, batch, {}, options);
-  if (options.backward) backward_chunk(0, -1, {}, options);
-  return out.loss;
+  return step_whole_model(*this, name_, info_.pipeline.size == 1, batch, options);
 }
 
 }  // namespace megatron::nn

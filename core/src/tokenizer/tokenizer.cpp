@@ -3,6 +3,7 @@
 
 #include "megatron/error.h"
 #include "megatron/tokenizer/gpt2_bpe_tokenizer.h"
+#include "megatron/tokenizer/null_tokenizer.h"
 #include "megatron/tokenizer/sentencepiece_tokenizer.h"
 #include "megatron/tokenizer/wordpiece_tokenizer.h"
 
@@ -51,9 +52,13 @@ std::unique_ptr<Tokenizer> make_tokenizer(std::string_view type, const Tokenizer
     return std::make_unique<SentencePieceTokenizer>(
         files.tokenizer_model, SentencePieceTokenizer::Kind::special_tokens, files.vocab_extra_ids);
   }
+  if (type == "NullTokenizer") {
+    if (files.vocab_size < 1) throw UsageError("NullTokenizer needs --vocab-size");
+    return std::make_unique<NullTokenizer>(files.vocab_size);
+  }
   throw UsageError("unknown tokenizer type '" + std::string(type) +
                    "'; supported: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, "
-                   "GPTSentencePieceTokenizer, SentencePieceTokenizer");
+                   "GPTSentencePieceTokenizer, SentencePieceTokenizer, NullTokenizer");
 }
 
 std::int64_t padded_vocab_size(std::int64_t vocab_size, std::int64_t divisible_by,

@@ -13,10 +13,29 @@ namespace megatron::train {
 
 namespace {
 
-std::int64_t local_numel(const Parameter& p, std::int64_t tp) {
+std::int64_t local_numel(const Parameter& p, std::int64_t tp, std::int64_t ep) {
   std::int64_t n = shape_numel(p.global_shape);
+  if (p.experts > 0) return n / ep;  // whole experts per rank (no expert tensor parallelism yet)
   if (p.partition_dim >= 0) n /= tp;
   return n;
+}
+
+// The largest shard one data-parallel rank owns of a buffer of `numels` cut as training cuts it.
+std::int64_t largest_shard(const std::vector<std::int64_t>& numels, const std::vector<bool>& shared,
+                           std::int64_t ranks, const PlanLayout& layout, BufferLayout* out) {
+  BufferOptions options;
+  options.data_parallel_size = static_cast<int>(ranks);
+  options.distributed_optimizer = true;
+  if (layout.overlap_grad_reduce)
+    options.bucket_size =
+        layout.bucket_size.value_or(default_bucket_size(options.data_parallel_size));
+  options.separate_bucket = shared;
+  const BufferLayout buffer = layout_buffer(numels, options);
+  std::int64_t most = 0;
+  for (int r = 0; r < options.data_parallel_size; ++r)
+    most = std::max(most, buffer.owned_elements(r));
+  if (out) *out = buffer;
+  return most;
 }
 
 }  // namespace
@@ -31,14 +50,28 @@ MemoryPlan plan_memory(const std::vector<StageParameters>& stage_params, const M
   MemoryPlan plan;
   std::vector<std::vector<std::int64_t>> stage_numels(static_cast<std::size_t>(pp));
   std::vector<std::vector<bool>> stage_shared(static_cast<std::size_t>(pp));  // tied copies
+  std::vector<std::vector<std::int64_t>> stage_expert_numels(static_cast<std::size_t>(pp));
   std::set<std::string> counted;
   for (std::int64_t s = 0; s < pp; ++s) {
     const StageParameters& stage = stage_params[static_cast<std::size_t>(s)];
     plan.stages.push_back({s, stage.layers, 0});
     for (const auto& p : *stage.params) {
-      if (counted.insert(p->name).second) plan.total_parameters += shape_numel(p->global_shape);
-      const std::int64_t n = local_numel(*p, tp);
+      if (counted.insert(p->name).second) {
+        const std::int64_t n = shape_numel(p->global_shape);
+        plan.total_parameters += n;
+        plan.active_parameters += p->experts > 0 ? n / p->experts * p->experts_per_token : n;
+      }
+      if (p->experts > 0 && p->experts % layout.expert != 0) {
+        throw ConfigError("[parallel] expert_model_parallel_size " + std::to_string(layout.expert) +
+                          " must divide num_experts (" + std::to_string(p->experts) + " in " +
+                          p->name + ")");
+      }
+      const std::int64_t n = local_numel(*p, tp, layout.expert);
       plan.stages.back().parameters += n;
+      if (p->experts > 0) {
+        stage_expert_numels[static_cast<std::size_t>(s)].push_back(n);
+        continue;
+      }
       stage_numels[static_cast<std::size_t>(s)].push_back(n);
       stage_shared[static_cast<std::size_t>(s)].push_back(p->shared_across_pipeline());
     }
@@ -64,20 +97,22 @@ MemoryPlan plan_memory(const std::vector<StageParameters>& stage_params, const M
       break;
   }
   plan.bytes_per_parameter = kept + sharded;
-  // The distributed optimizer's shards as training cuts them (buckets padded to lcm(dp, 128)).
-  BufferOptions options;
-  options.data_parallel_size = static_cast<int>(layout.data);
-  options.distributed_optimizer = true;
-  if (layout.overlap_grad_reduce)
-    options.bucket_size =
-        layout.bucket_size.value_or(default_bucket_size(options.data_parallel_size));
-  options.separate_bucket = stage_shared[largest];
-  const BufferLayout buffer = layout_buffer(stage_numels[largest], options);
+  // The distributed optimizer's shards as training cuts them (buckets padded to lcm(dp, 128));
+  // expert tensors form a buffer of their own over the expert-data-parallel ranks, as Megatron's.
+  BufferLayout buffer;
+  plan.max_optimizer_shard_elements =
+      largest_shard(stage_numels[largest], stage_shared[largest], layout.data, layout, &buffer);
   plan.distributed_buffer_elements = buffer.numel;
   plan.gradient_buckets = static_cast<std::int64_t>(buffer.buckets.size());
-  for (int r = 0; r < options.data_parallel_size; ++r)
-    plan.max_optimizer_shard_elements =
-        std::max(plan.max_optimizer_shard_elements, buffer.owned_elements(r));
+  const std::vector<std::int64_t>& experts = stage_expert_numels[largest];
+  if (!experts.empty()) {
+    BufferLayout expert_buffer;
+    plan.max_optimizer_shard_elements += largest_shard(
+        experts, std::vector<bool>(experts.size(), false),
+        std::max<std::int64_t>(layout.data / layout.expert, 1), layout, &expert_buffer);
+    plan.distributed_buffer_elements += expert_buffer.numel;
+    plan.gradient_buckets += static_cast<std::int64_t>(expert_buffer.buckets.size());
+  }
   const double n = static_cast<double>(std::max<std::int64_t>(plan.max_rank_parameters, 1));
   plan.bytes_per_parameter_distributed =
       kept + sharded * static_cast<double>(plan.max_optimizer_shard_elements) / n;

@@ -150,6 +150,12 @@ TrainSummary Trainer::run() {
     throw ConfigError("[parallel] context_parallel_size = " + std::to_string(parallel.cp_size()) +
                       ": context parallelism is not available yet; use 1");
   }
+  if (parallel.ep_size() > 1) {
+    throw ConfigError(
+        "[parallel] expert_model_parallel_size = " + std::to_string(parallel.ep_size()) +
+        ": expert parallelism is not available yet (every rank holds every expert); "
+        "use 1");
+  }
   // The rank's own device, resolved by the parallel state (with CUDA under MPI: its local GPU).
   t.device = parallel.device();
   if (Device::parse(core.runtime.device).type != t.device.type) {

@@ -40,6 +40,14 @@ data::TokenizerIdentity tokenizer_identity(const GptDataOptions& options) {
     identity.options = {{"vocab_extra_ids", "0"}};
     return identity;
   }
+  if (options.tokenizer_type == "NullTokenizer") {
+    // NullTokenizer's unique_identifiers: its class, vocab_size, eod_id and pad_id.
+    const std::int64_t v = options.tokenizer_files.vocab_size;
+    identity.class_name = "NullTokenizer";
+    identity.options = {
+        {"vocab_size", std::to_string(v)}, {"eod_id", std::to_string(v - 1)}, {"pad_id", "-1"}};
+    return identity;
+  }
   identity.class_name = options.tokenizer_type == "GPT2BPETokenizer" ? "_GPT2BPETokenizer"
                                                                      : "_" + options.tokenizer_type;
   for (const std::string& file :

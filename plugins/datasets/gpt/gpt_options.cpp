@@ -40,6 +40,8 @@ void declare_gpt_data_config(config::TableSchema& s) {
       .optional_path("tokenizer_model",
                      "SentencePiece model (.model) for GPTSentencePieceTokenizer and "
                      "SentencePieceTokenizer")
+      .optional_integer("vocab_size", "NullTokenizer's vocabulary size (ids 0..vocab_size-1)",
+                        Range::at_least(1))
       .optional_path("data_cache_path",
                      "folder for the sample index cache (default: <prefix>/cache/"
                      "GPTDataset_indices for each dataset)")
@@ -74,6 +76,11 @@ GptDataOptions read_gpt_data_options(const ConfigTable& t, const config::CoreCon
     for (const char* key : {"vocab_file", "merge_file"}) {
       if (!t.has(key)) t.fail(key, "required key is missing: GPT2BPETokenizer needs it");
     }
+  }
+  if (o.tokenizer_type == "NullTokenizer") {
+    if (!t.has("vocab_size"))
+      t.fail("vocab_size", "required key is missing: NullTokenizer needs it");
+    o.tokenizer_files.vocab_size = t.integer("vocab_size");
   }
   if (is_sentencepiece_tokenizer_type(o.tokenizer_type) && !t.has("tokenizer_model")) {
     t.fail("tokenizer_model", "required key is missing: " + o.tokenizer_type + " needs it");

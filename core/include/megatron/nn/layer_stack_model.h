@@ -41,6 +41,10 @@ TensorParallelism model_tensor_parallelism(const ModelBuildInfo& info, const std
 // Gives each parameter of `params` its index in `probe` (the whole model declared on the meta
 // device), so parameter k draws Philox stream k whatever the layout.
 void assign_init_indices(ParameterSet& params, const ParameterSet& probe, const std::string& name);
+// Model::step of a model held whole by one stage (`whole`): its one chunk's forward and backward
+// as micro-batch -1; otherwise an error naming the model.
+StepResult step_whole_model(Model& model, const std::string& name, bool whole, const Batch& batch,
+                            const StepOptions& options);
 // "GPT: 4 layers, hidden 128, ..., N parameters on this rank (tensor-parallel rank ...)".
 std::string describe_model_layout(const std::string& architecture, std::int64_t numel,
                                   const TensorParallelism& tp, const PipelinePlacement& pipeline);

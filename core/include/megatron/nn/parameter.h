@@ -53,6 +53,10 @@ struct Parameter {
   bool first_pipeline_holder(int pp_rank) const {
     return !shared_across_pipeline() || pipeline_holders.front() == pp_rank;
   }
+  // Mixture of Experts: a tensor holding `experts` experts along dim 0, of which each token uses
+  // experts_per_token (its top-k); 0 for every other parameter. `plan` counts the active share.
+  std::int64_t experts = 0;
+  std::int64_t experts_per_token = 0;
   // Initialisation stream: the parameter's index in the whole model's declaration order (-1: its
   // index in this ParameterSet, the same thing when one rank holds the whole model).
   std::int64_t init_index = -1;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "megatron/backend/backend.h"
+#include "megatron/nn/moe/moe_config.h"
 #include "megatron/nn/norm.h"
 
 namespace megatron::nn {
@@ -35,6 +36,8 @@ struct TransformerConfig {
   std::int64_t mamba_expand = 2;
   std::int64_t mamba_conv_kernel = 4;   // d_conv
   std::int64_t mamba_chunk_size = 128;  // the SSD scan's chunk (MambaMixer's chunk_size)
+
+  MoeConfig moe;  // Mixture of Experts (num_experts 0: none)
 
   std::int64_t heads_per_group() const { return num_attention_heads / num_query_groups; }
   // Width of linear_qkv's output: (np + 2 ng) hn, laid out per query group.

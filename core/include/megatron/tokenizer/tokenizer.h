@@ -61,10 +61,12 @@ struct TokenizerFiles {
   // The SentencePiece .model file. Last, with an initializer, so the existing {vocab, merge, extra}
   // initializations stay complete.
   std::string tokenizer_model = {};
+  // NullTokenizer's --vocab-size.
+  std::int64_t vocab_size = 0;
 };
 
 // The tokenizer named by Megatron's --tokenizer-type: GPT2BPETokenizer, BertWordPieceLowerCase,
-// BertWordPieceCase, GPTSentencePieceTokenizer, SentencePieceTokenizer. Throws UsageError for an
+// BertWordPieceCase, GPTSentencePieceTokenizer, SentencePieceTokenizer, NullTokenizer. Throws UsageError for an
 // unknown type or a missing file argument, naming the option, and Error for a file it cannot use.
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view type, const TokenizerFiles& files);
 

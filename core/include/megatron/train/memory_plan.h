@@ -18,6 +18,9 @@ enum class Precision { fp32, bf16, fp16 };
 
 struct PlanLayout {
   std::int64_t tensor = 1, pipeline = 1, data = 1;
+  // Expert parallelism: expert tensors (Parameter::experts) split over `expert` ranks, their
+  // optimizer state over the expert-data-parallel ranks, data / expert.
+  std::int64_t expert = 1;
   std::int64_t micro_batch_size = 1;
   std::int64_t num_micro_batches = 1;
   Precision precision = Precision::fp32;
@@ -35,6 +38,8 @@ struct StagePlan {
 
 struct MemoryPlan {
   std::int64_t total_parameters = 0;  // unsplit, embeddings counted once
+  // What one token uses: total_parameters less the experts it is not routed to (MoE).
+  std::int64_t active_parameters = 0;
   std::vector<StagePlan> stages;
   std::int64_t max_rank_parameters = 0;
   double bytes_per_parameter = 0;              // without the distributed optimizer
