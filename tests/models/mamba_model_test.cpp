@@ -57,9 +57,21 @@ std::unique_ptr<MambaModel> build(const MambaConfig& c, DType dtype, std::int64_
   return m;
 }
 
-void check_gradients(const std::string& pattern) {
+// The tiny config with Mixture of Experts on the pattern's E layers (3 experts, top-2).
+MambaConfig moe_config(const std::string& pattern) {
+  MambaConfig c = tiny_config(pattern);
+  nn::MoeConfig& m = c.model.transformer.moe;
+  m.num_experts = m.routing.num_experts = 3;
+  m.routing.topk = 2;
+  m.ffn_hidden_size = 8;
+  for (const char k : c.layers.kinds)
+    m.layer_pattern.push_back(k == 'E' ? 1 : 0);
+  return c;
+}
+
+void check_gradients(const MambaConfig& config) {
   const std::int64_t vocab = 29, seq = 8;
-  auto m = build(tiny_config(pattern), DType::f64, vocab, seq);
+  auto m = build(config, DType::f64, vocab, seq);
   const Batch batch = test::gpt_batch(2, seq, vocab, 4, [](std::size_t i) { return i % 5 == 2; });
   StepOptions o;
   o.training = false;
@@ -72,11 +84,24 @@ void check_gradients(const std::string& pattern) {
 }
 
 TEST(MambaModel, GradientsPureMamba) {
-  check_gradients("MM");
+  check_gradients(tiny_config("MM"));
 }
 
 TEST(MambaModel, GradientsHybrid) {
-  check_gradients("M*-M");
+  check_gradients(tiny_config("M*-M"));
+}
+
+TEST(MambaModel, MoeLayersAreThePatternsE) {
+  const MambaConfig c = moe_config("M*E");
+  check_gradients(c);
+  auto m = build(c, DType::f32, 29, 8, Device::meta());
+  std::vector<std::string> layer2;
+  for (auto& p : m->parameters())
+    if (p->name.rfind("decoder.layers.2.", 0) == 0) layer2.push_back(p->name.substr(17));
+  EXPECT_EQ(layer2, (std::vector<std::string>{"pre_mlp_layernorm.weight", "mlp.router.weight",
+                                              "mlp.experts.linear_fc1.weight",
+                                              "mlp.experts.linear_fc2.weight"}));
+  EXPECT_NE(m->describe().find("1 MoE: M*E"), std::string::npos) << m->describe();
 }
 
 TEST(MambaModel, MegatronParameterNamesAndClosedFormCount) {

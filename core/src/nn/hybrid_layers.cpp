@@ -11,7 +11,7 @@ namespace megatron::nn {
 
 namespace {
 
-constexpr char kMamba = 'M', kAttention = '*', kMlp = '-', kStage = '|';
+constexpr char kMamba = 'M', kAttention = '*', kMlp = '-', kMoe = 'E', kStage = '|';
 
 // Python's round(): halves to even.
 std::int64_t round_half_even(double v) {
@@ -87,11 +87,11 @@ HybridLayers allocate_layers(std::int64_t layers, double attention_ratio, double
       stage = 0;
       continue;
     }
-    if (c != kMamba && c != kAttention && c != kMlp) {
+    if (c != kMamba && c != kAttention && c != kMlp && c != kMoe) {
       refuse("hybrid_layer_pattern", "'" + std::string(1, c) + "' at position " +
                                          std::to_string(i + 1) +
-                                         " is not a layer kind (M Mamba, * attention, - MLP, | "
-                                         "pipeline-stage boundary)");
+                                         " is not a layer kind (M Mamba, * attention, - MLP, E "
+                                         "MoE, | pipeline-stage boundary)");
     }
     out.kinds.push_back(c);
     ++stage;

@@ -8,6 +8,7 @@ namespace megatron::mamba {
 void declare_mamba_config(config::TableSchema& schema) {
   using config::Range;
   nn::declare_model_config(schema);
+  nn::declare_moe_config(schema);
   schema.set_default("position_embedding_type", std::string("none"));
   schema.set_default("untie_embeddings_and_output_weights", true);
   schema.set_default("normalization", std::string("RMSNorm"));
@@ -18,7 +19,7 @@ void declare_mamba_config(config::TableSchema& schema) {
                         Range::at_least(1))
       .integer("mamba_chunk_size", 128, "tokens per chunk of the SSD scan", Range::at_least(1))
       .optional_string("hybrid_layer_pattern",
-                       "one character per layer: M Mamba, * attention, - MLP; | ends a "
+                       "one character per layer: M Mamba, * attention, - MLP, E MoE; | ends a "
                        "pipeline stage (Megatron's --hybrid-override-pattern)")
       .real("hybrid_attention_ratio", 0.0, "share of attention layers when no pattern is given",
             Range::between(0, 1))
@@ -46,6 +47,18 @@ void declare_mamba_config(config::TableSchema& schema) {
                                   : "hybrid_attention_ratio";
       t.fail(key, what.substr(what.find(": ") + 2));
     }
+    // Megatron's hybrid stack: the pattern's E layers are the MoE layers.
+    const std::string pattern = t.find_string("hybrid_layer_pattern").value_or("");
+    const bool moe_layers = pattern.find('E') != std::string::npos;
+    if (moe_layers != (t.integer("num_experts") > 0)) {
+      t.fail(moe_layers ? "num_experts" : "hybrid_layer_pattern",
+             moe_layers ? "hybrid_layer_pattern has E (MoE) layers, so num_experts is needed"
+                        : "num_experts is set but the pattern has no E (MoE) layer");
+    }
+    if (t.has("moe_layer_pattern") || t.integer("moe_layer_freq") != 1) {
+      t.fail(t.has("moe_layer_pattern") ? "moe_layer_pattern" : "moe_layer_freq",
+             "a hybrid model's MoE layers are the E layers of hybrid_layer_pattern");
+    }
   });
 }
 
@@ -60,6 +73,9 @@ MambaConfig parse_mamba_config(const config::ConfigTable& t) {
   tc.mamba_chunk_size = t.integer("mamba_chunk_size");
   c.layers = nn::allocate_layers(tc.num_layers, t.real("hybrid_attention_ratio"),
                                  t.real("hybrid_mlp_ratio"), t.find_string("hybrid_layer_pattern"));
+  tc.moe = nn::parse_moe_config(t, tc.num_layers, tc.ffn_hidden_size);
+  for (std::size_t l = 0; l < c.layers.kinds.size(); ++l)
+    tc.moe.layer_pattern[l] = c.layers.kinds[l] == 'E' ? 1 : 0;
   return c;
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "megatron/nn/moe/moe_block.h"
+
 namespace megatron::mamba {
 
 MambaModel::MambaModel(MambaConfig config)
@@ -17,6 +19,8 @@ nn::LayerSpec MambaModel::layer_spec(std::int64_t layer) const {
       return {{nn::mamba_block(nn::NormNames::fused)}};
     case '*':
       return {{nn::self_attention_block(nn::AttentionMask::causal, nn::NormNames::fused)}};
+    case 'E':  // Megatron's MoE layer: pre_mlp_layernorm (TENorm) -> MoE
+      return {{nn::moe_block()}};
     default:
       return {{nn::mlp_block(nn::NormNames::fused)}};
   }
@@ -29,14 +33,18 @@ std::string MambaModel::describe() const {
   };
   std::ostringstream s;
   s << "Mamba: " << tc.num_layers << " layers (" << count('M') << " Mamba, " << count('*')
-    << " attention, " << count('-') << " MLP: " << layers_.kinds << "), hidden " << tc.hidden_size
-    << ", Mamba heads " << tc.mamba_heads() << " x " << tc.mamba_head_dim << ", state "
-    << tc.mamba_state_dim << ", groups " << tc.mamba_num_groups;
+    << " attention, " << count('-') << " MLP, " << count('E') << " MoE: " << layers_.kinds
+    << "), hidden " << tc.hidden_size << ", Mamba heads " << tc.mamba_heads() << " x "
+    << tc.mamba_head_dim << ", state " << tc.mamba_state_dim << ", groups " << tc.mamba_num_groups;
   if (count('*') > 0) {
     s << ", attention " << tc.num_attention_heads << " heads (" << tc.num_query_groups
       << " query groups)";
   }
   if (count('-') > 0) s << ", ffn " << tc.ffn_hidden_size;
+  if (count('E') > 0) {
+    s << ", " << tc.moe.num_experts << " experts (top-" << tc.moe.routing.topk << ", expert ffn "
+      << tc.moe.ffn_hidden_size << ")";
+  }
   s << ", vocab " << info().vocab_size << " padded to " << padded_vocab_ << ", seq "
     << info().seq_length;
   return describe_layout(s.str());
@@ -69,8 +77,14 @@ double MambaModel::flops_per_iteration(std::int64_t samples) const {
   const double groups = static_cast<double>(tc.mamba_num_groups);
   const double mamba = 2 * b * s * h * (2 * d_in + 2 * groups * n + mamba_heads) +
                        7 * b * s * d_in * n + 2 * b * s * d_in * h;
+  // moe_layer_flops: the routed experts' MLPs and the shared experts'.
+  const double glu = tc.swiglu ? 1.5 : 1.0;
+  const double moe =
+      4 * b * s * h * glu *
+      static_cast<double>(tc.moe.ffn_hidden_size * tc.moe.routing.topk + tc.moe.shared_expert_ffn);
   const double logits = 2 * b * s * h * static_cast<double>(padded_vocab_size());
-  return 3 * (count('*') * attention + count('-') * mlp + count('M') * mamba + logits);
+  return 3 * (count('*') * attention + count('-') * mlp + count('M') * mamba + count('E') * moe +
+              logits);
 }
 
 }  // namespace megatron::mamba

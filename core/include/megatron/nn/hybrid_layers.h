@@ -9,7 +9,7 @@
 
 namespace megatron::nn {
 
-// One character per layer: 'M' Mamba, '*' attention, '-' MLP.
+// One character per layer: 'M' Mamba, '*' attention, '-' MLP, 'E' Mixture of Experts.
 struct HybridLayers {
   std::string kinds;
   // Layers per pipeline stage from `|` boundaries in the pattern; empty without any.
@@ -21,7 +21,7 @@ struct HybridLayers {
 std::string allocate_by_ratio(std::int64_t layers, double attention_ratio, double mlp_ratio);
 
 // The layer kinds from the [model] keys: `pattern` (hybrid_layer_pattern) when given, else the
-// ratios. Throws ConfigError naming the key: a character other than M * - |, a length (without
+// ratios. Throws ConfigError naming the key: a character other than M * - E |, a length (without
 // `|`) other than num_layers, an empty stage, ratios out of [0, 1] or summing above 1, or a
 // pattern whose counts differ from what non-zero ratios allocate (Megatron's rule).
 HybridLayers allocate_layers(std::int64_t layers, double attention_ratio, double mlp_ratio,
