@@ -164,6 +164,10 @@ class Model : public Plugin {
   virtual ModelDimensions dimensions() const = 0;
   // Megatron's (key, value) summary of the architecture for logs and `plan`.
   virtual std::string describe() const = 0;
+  // The logged-only loss terms a training step of the whole model reports (MoE's
+  // load_balancing_loss, z_loss), in logging order, known on every pipeline stage: the trainer
+  // sums them over the stages, since each stage reports only its own layers'.
+  virtual std::vector<std::string> auxiliary_loss_names() const { return {}; }
   // Before input_fields() and build(): puts a task head in place of the pretraining heads. The
   // default accepts only Kind::pretraining and refuses the rest with a ConfigError.
   virtual TaskHeadParameters select_head(const TaskHead& head);

@@ -320,6 +320,22 @@ double LayerStackModel::flops_per_iteration(std::int64_t samples) const {
   return 12.0 * gbs * s * h * h * (l * (1.0 + ng / np + s / h / 2.0) * q_ratio + mlp) + vocab;
 }
 
+std::vector<std::string> LayerStackModel::auxiliary_loss_names() const {
+  const MoeConfig& moe = config_.transformer.moe;
+  bool any = false;
+  for (std::int64_t l = 0; l < config_.transformer.num_layers; ++l)
+    any = any || moe.is_moe_layer(l);
+  std::vector<std::string> names;
+  if (!any) return names;
+  // Sorted as AuxLosses reports them.
+  if (moe.load_balancing != LoadBalancing::none && moe.aux_loss_coeff > 0) {
+    names.push_back(moe.load_balancing == LoadBalancing::seq_aux_loss ? "seq_load_balancing_loss"
+                                                                      : "load_balancing_loss");
+  }
+  if (moe.z_loss_coeff > 0) names.push_back("z_loss");
+  return names;
+}
+
 ModelDimensions LayerStackModel::dimensions() const {
   const TransformerConfig& tc = config_.transformer;
   return {tc.num_layers,      tc.hidden_size,   tc.num_attention_heads,

@@ -95,9 +95,10 @@ StepResult run_pipeline_step(Model& model, const PipelineStep& st) {
                             : receive(spec_into(here), previous(a.chunk), a.chunk, kForward);
       Model::ChunkOutput out =
           model.forward_chunk(a.chunk, a.micro_batch, st.batch(a.micro_batch), input, options);
-      if (is_last(a.chunk)) {
-        total.add(out.loss);
-      } else {
+      // Every stage's losses count: the last stage's are the model's, an earlier one's are its
+      // layers' logged-only terms (MoE's auxiliary losses), which the trainer sums over stages.
+      total.add(out.loss);
+      if (!is_last(a.chunk)) {
         send(out.activations, spec_into(next(a.chunk)), next(a.chunk), kForward);
       }
     } else {

@@ -29,8 +29,9 @@ struct PipelineStep {
 // receive into GPU memory.
 NamedTensors allocate_stage_buffers(const SampleSpec& spec, Device device);
 
-// Returns the summed loss figures of the micro-batches whose loss this rank computed (the last
-// virtual stage's); zeros on every other rank. Sends are asynchronous and all complete before it
+// Returns the summed loss figures of this rank's micro-batches: the model's losses on the last
+// virtual stage, and on any stage the logged-only terms its layers report (MoE's auxiliary
+// losses; empty without them). Sends are asynchronous and all complete before it
 // returns; receives block, which the schedules' orders make deadlock-free (see
 // tests/train/pipeline_schedule_test.cpp).
 StepResult run_pipeline_step(Model& model, const PipelineStep& step);

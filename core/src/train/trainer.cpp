@@ -116,6 +116,27 @@ void all_reduce_losses(Communicator& comm, StepResult& r) {
   }
 }
 
+// The model's auxiliary losses summed over the pipeline stages: each stage reported its own
+// layers' (none, on a stage without MoE layers), and the last stage logs them.
+void reduce_auxiliary_losses(const std::vector<std::string>& names, Communicator& pipeline,
+                             StepResult& r) {
+  if (names.empty() || pipeline.size() == 1) return;
+  std::vector<double> v;
+  for (const std::string& name : names) {
+    const LossTerm* t = r.find(name);
+    v.push_back(t ? t->sum : 0.0);
+    v.push_back(t ? t->count : 0.0);
+  }
+  pipeline.all_reduce(std::span<double>(v), ReduceOp::sum);
+  StepResult summed;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    summed.losses.push_back({names[i], v[2 * i], v[2 * i + 1], false});
+  std::erase_if(r.losses, [&](const LossTerm& t) {
+    return std::find(names.begin(), names.end(), t.name) != names.end();
+  });
+  r.add(summed);
+}
+
 // Each term's value (sum / count) as the log prints it.
 std::vector<NamedLoss> loss_values(const StepResult& r) {
   std::vector<NamedLoss> out;
@@ -355,6 +376,7 @@ TrainSummary Trainer::run() {
     if (pp > 1) {
       sums = run_pipeline_step(t.model, {pipeline, pp_rank, parallel.device_comm(Group::pipeline),
                                          m, step_mbs, t.device, true, batch, options});
+      reduce_auxiliary_losses(t.model.auxiliary_loss_names(), parallel.comm(Group::pipeline), sums);
     } else {
       for (std::int64_t k = 0; k < m; ++k)
         sums.add(t.model.step(batch(k), options(k)));

@@ -68,6 +68,8 @@ class LayerStackModel : public Model {
   ModelDimensions dimensions() const override;
   // Megatron's num_floating_point_operations (training.py), which it reports for every model.
   double flops_per_iteration(std::int64_t samples) const override;
+  // The MoE layers' load-balancing and z losses, when the stack has MoE layers.
+  std::vector<std::string> auxiliary_loss_names() const override;
 
   const ModelConfig& config() const { return config_; }
   std::int64_t padded_vocab_size() const { return padded_vocab_; }
