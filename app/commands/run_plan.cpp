@@ -46,6 +46,8 @@ RunPlan plan_run(Session& session, MpiRuntime& runtime, const config::ParallelCo
   // make_vocab_size_divisible_by x TP exactly as in training (Megatron: 50257 -> 51200 at TP 8).
   info.tp_size = parallel.tensor_model_parallel_size;
   info.sequence_parallel = parallel.sequence_parallel;
+  info.etp_size = parallel.expert_tensor_parallel_size > 0 ? parallel.expert_tensor_parallel_size
+                                                           : parallel.tensor_model_parallel_size;
   out.model = create_plugin<Model>(session, single, "model", "megatron::Model", "type = \"gpt\"");
   out.model->build(info);
   out.dims = out.model->dimensions();

@@ -204,12 +204,37 @@ TEST(MoeBlock, OutputIsEachTokensExpertsWeightedAndLossesAreReported) {
   EXPECT_EQ(y2.to_vector<double>(), yv);
 }
 
-TEST(MoeBlock, RefusesTensorParallelism) {
+// Tensor parallelism needs sequence parallelism, experts split over tensor-parallel ranks are not
+// built, and the experts must divide over the expert-parallel group: each refused naming the key.
+// With sequence parallelism, expert_tensor_parallel_size 1 and EP 2, rank 1 holds experts 2-3.
+TEST(MoeBlock, ParallelLayoutsRefusedOrSplitByExperts) {
+  auto message = [](nn::TensorParallelism tp, nn::ExpertParallelism ep) {
+    ParameterSet params;
+    nn::ParamFactory f{params, Device::meta(), DType::f32, tp, ep};
+    nn::MoeBlock block;
+    try {
+      block.declare(f, "decoder.layers.0.mlp", config(true));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message({nullptr, 0, 2, false}, {}).find("needs sequence_parallel = true"),
+            std::string::npos);
+  EXPECT_NE(message({nullptr, 0, 2, true}, {nullptr, 0, 1, 2}).find("expert_tensor_parallel_size"),
+            std::string::npos);
+  EXPECT_NE(message({}, {nullptr, 0, 3, 1}).find("expert_model_parallel_size 3 must divide"),
+            std::string::npos);
+
   ParameterSet params;
-  nn::TensorParallelism tp{nullptr, 0, 2, false};
-  nn::ParamFactory f{params, Device::meta(), DType::f32, tp};
+  nn::ParamFactory f{params, Device::meta(), DType::f32, {nullptr, 0, 2, true}, {nullptr, 1, 2, 1}};
   nn::MoeBlock block;
-  EXPECT_THROW(block.declare(f, "decoder.layers.0.mlp", config(true)), ConfigError);
+  block.declare(f, "decoder.layers.0.mlp", config(true));
+  EXPECT_TRUE(block.router.weight->sequence_parallel);
+  EXPECT_EQ(block.fc1->global_shape[0], 4);
+  EXPECT_EQ(block.fc1->value.size(0), 2);
+  EXPECT_EQ(block.fc2->value.size(0), 2);
+  EXPECT_EQ(shard_runs(*block.fc1).front().global_offset, 2);
 }
 
 }  // namespace

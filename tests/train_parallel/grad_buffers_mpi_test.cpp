@@ -160,6 +160,49 @@ TEST_F(GradBuffersMpi, GatherWithoutOverlapCompletesAtOnce) {
       EXPECT_EQ(params[k].value.data<float>()[i], static_cast<float>(10 * k + i));
 }
 
+// Under expert parallelism (EP2 over 4 data-parallel ranks: expert-data pairs {0, 2}, {1, 3}) an
+// expert parameter's gradient is summed over its expert-data pair only and scaled by 1/dp, as
+// Megatron's expert buffers; dense parameters keep the mean over all 4 ranks. With the
+// distributed optimizer the experts' buffer is sharded over the pair.
+TEST_F(GradBuffersMpi, ExpertsReduceOverTheExpertDataGroup) {
+  const ParallelState ep2 = ParallelState::create(test::mpi_runtime(), ParallelSizes{.expert = 2});
+  ASSERT_EQ(ep2.edp_size(), 2);
+  for (const bool distributed : {false, true}) {
+    ParameterSet params = make_params();
+    params[1].experts = 2;  // p1 holds this rank's experts
+    GradBuffers buffers(params, ep2.comm(Group::data), be_, {false, distributed, false, {}},
+                        &ep2.comm(Group::expert_data));
+    ASSERT_EQ(buffers.domains().size(), 2u);
+    EXPECT_EQ(buffers.domains()[1].params, std::vector<std::size_t>{1});
+    fill_grads(params, data().rank());
+    buffers.finish_grad_sync();
+    const std::vector<int>& pair = ep2.group_ranks(Group::expert_data);
+    auto expected = [&](std::size_t k, std::int64_t i) {
+      if (k != 1) return mean_grad(k, i);
+      float sum = 0;
+      for (const int r : pair)
+        sum += static_cast<float>((r + 1) * (k + 1) * (i + 1));
+      return sum / 4.0f;
+    };
+    std::int64_t expert_owned = 0;
+    if (distributed) {
+      ParameterSet& shards = buffers.optimizer_params();
+      for (std::size_t s = 0; s < shards.size(); ++s) {
+        const OwnedRange& r = buffers.owned()[s];
+        EXPECT_EQ(r.domain, r.index == 1 ? 1u : 0u);
+        if (r.index == 1) expert_owned += r.end - r.begin;
+        for (std::int64_t i = r.begin; i < r.end; ++i)
+          EXPECT_EQ(shards[s].grad.data<float>()[i - r.begin], expected(r.index, i));
+      }
+      EXPECT_EQ(ep2.comm(Group::expert_data).all_reduce_value(expert_owned), 7);
+    } else {
+      for (std::size_t k = 0; k < params.size(); ++k)
+        for (std::int64_t i = 0; i < params[k].grad.numel(); ++i)
+          EXPECT_EQ(params[k].grad.data<float>()[i], expected(k, i)) << k << " [" << i << "]";
+    }
+  }
+}
+
 // A directory every rank agrees on (rank 0's process id).
 std::filesystem::path shared_dir(Communicator& world, const std::string& what) {
   std::int64_t pid = ::getpid();

@@ -58,7 +58,13 @@ struct ModelBuildInfo {
   int tp_rank = 0;
   int tp_size = 1;
   bool sequence_parallel = false;  // activations outside the TP regions on sequence shards
-  PipelinePlacement pipeline;      // default: the whole model, one stage
+  // Expert parallelism (MoE layers): this rank's place in its expert-parallel group and the
+  // group's communicator (owned by the ParallelState). ep_size 1: every rank holds every expert.
+  Communicator* expert_comm = nullptr;
+  int ep_rank = 0;
+  int ep_size = 1;
+  int etp_size = 1;  // expert_tensor_parallel_size, resolved (experts split over it: not yet)
+  PipelinePlacement pipeline;  // default: the whole model, one stage
 };
 
 struct StepOptions {

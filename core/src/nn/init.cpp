@@ -30,6 +30,30 @@ Parameter& ParamFactory::declare(const std::string& name, const Shape& shape, Pa
   return params.add(std::move(p));
 }
 
+Parameter& ParamFactory::declare_experts(const std::string& name, const Shape& shape,
+                                         ParamInit init, float init_std,
+                                         std::int64_t experts_per_token) {
+  const std::int64_t experts = shape.at(0);
+  if (experts % ep.size != 0) {
+    throw ConfigError("[parallel] expert_model_parallel_size " + std::to_string(ep.size) +
+                      " must divide num_experts (" + std::to_string(experts) + " in " + name + ")");
+  }
+  Parameter p;
+  p.name = name;
+  p.global_shape = shape;
+  p.partition_dim = 0;
+  p.partition_count = ep.size;
+  p.partition_rank = ep.rank;
+  p.experts = experts;
+  p.experts_per_token = experts_per_token;
+  p.init = init;
+  p.init_std = init_std;
+  const Shape local = shard_shape(p);
+  p.value = Tensor::empty(local, dtype, device);
+  p.grad = Tensor::empty(local, dtype, device);
+  return params.add(std::move(p));
+}
+
 namespace {
 
 // A shard's slice of the global initialisation: draw the global tensor, copy this rank's runs.

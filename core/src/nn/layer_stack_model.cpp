@@ -82,6 +82,21 @@ TensorParallelism model_tensor_parallelism(const ModelBuildInfo& info, const std
   return tp;
 }
 
+ExpertParallelism model_expert_parallelism(const ModelBuildInfo& info, const std::string& name) {
+  ExpertParallelism ep{info.expert_comm, info.ep_rank, info.ep_size, info.etp_size};
+  if (ep.size < 1 || ep.rank < 0 || ep.rank >= ep.size) {
+    throw Error(name + ": expert-parallel rank " + std::to_string(ep.rank) + " of " +
+                std::to_string(ep.size));
+  }
+  if (ep.split() && !info.device.is_meta() &&
+      (!ep.comm || ep.comm->size() != ep.size || ep.comm->rank() != ep.rank)) {
+    throw Error(name + ": expert_model_parallel_size " + std::to_string(ep.size) +
+                " needs the expert-parallel communicator of that size "
+                "(ModelBuildInfo::expert_comm)");
+  }
+  return ep;
+}
+
 void assign_init_indices(ParameterSet& params, const ParameterSet& probe, const std::string& name) {
   std::unordered_map<std::string, std::int64_t> index;
   for (std::size_t i = 0; i < probe.size(); ++i)
@@ -148,14 +163,15 @@ void LayerStackModel::build(const ModelBuildInfo& info) {
   }
   prepare(info);
 
+  const ExpertParallelism ep = model_expert_parallelism(info, name_);
   // The whole model on the meta device first: its declaration order is the initialisation
   // order (parameter k draws Philox stream k), so every layout initialises alike.
   probe_params_ = ParameterSet();
-  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_};
+  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_, ep};
   declare_all(probe, {}, true, true);
 
   params_ = ParameterSet();
-  ParamFactory factory{params_, info.device, info.param_dtype, tp_};
+  ParamFactory factory{params_, info.device, info.param_dtype, tp_, ep};
   declare_all(factory, info.pipeline.chunks, holds_pre_process(), holds_post_process());
   assign_init_indices(params_, probe_params_, name_);
   if (!info.device.is_meta()) initialize_parameters(backend_for(info.device), params_, info.seed);

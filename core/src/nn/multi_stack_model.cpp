@@ -179,16 +179,17 @@ void MultiStackModel::build(const ModelBuildInfo& info) {
   stage_share_ = total / info.pipeline.size;
   roles_ = stage_roles(info.pipeline);
 
+  const ExpertParallelism ep = model_expert_parallelism(info, name_);
   // The whole model on the meta device first: its declaration order is the initialisation order,
   // so every layout (and every stage's copy of a shared parameter) initialises alike.
   probe_params_ = ParameterSet();
-  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_};
+  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_, ep};
   std::vector<StackRole> whole(stacks_.size());
   for (std::size_t k = 0; k < stacks_.size(); ++k)
     whole[k] = {{0, stacks_[k].num_layers}, true, true};
   declare_all(probe, whole);
   params_ = ParameterSet();
-  ParamFactory factory{params_, info.device, info.param_dtype, tp_};
+  ParamFactory factory{params_, info.device, info.param_dtype, tp_, ep};
   declare_all(factory, roles_);
   assign_init_indices(params_, probe_params_, name_);
   if (!info.device.is_meta()) initialize_parameters(backend_for(info.device), params_, info.seed);

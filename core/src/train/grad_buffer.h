@@ -28,21 +28,45 @@ struct DdpSettings {
 // local tensor-parallel shard) are this rank's.
 struct OwnedRange {
   Parameter* param = nullptr;
-  std::size_t index = 0;  // the parameter's declaration index (into BufferLayout's vectors)
+  std::size_t index = 0;   // the parameter's declaration index
+  std::size_t domain = 0;  // which BufferDomain holds it
+  std::size_t slot = 0;    // its position in that domain (into its BufferLayout's vectors)
   std::int64_t begin = 0;
   std::int64_t end = 0;
+};
+
+// The parameters of one reduction group: the dense ones over the data-parallel ranks, the MoE
+// experts' (Parameter::experts > 0) over the expert-data-parallel ranks, each in its own buffer
+// (Megatron's buffers and expert_parallel_buffers).
+struct BufferDomain {
+  Communicator* comm = nullptr;
+  BufferLayout layout;              // indices in it are positions in `params`
+  std::vector<std::size_t> params;  // declaration indices of its parameters, in order
+  Tensor grad_buffer, param_buffer;
+  std::vector<std::int64_t> pending;                     // per bucket: parameters not yet reported
+  std::vector<bool> ready;                               // per bucket: all parameters reported
+  std::vector<CommHandle> grad_handles, gather_handles;  // per bucket
+  std::size_t next_to_start = 0;  // buckets start in order: all ranks issue the same
 };
 
 class GradBuffers {
  public:
   // Moves every parameter's grad (and, with the distributed optimizer, its value) into the
   // buffers; values are copied in. All parameters must be f32 host or device tensors of one device.
-  GradBuffers(ParameterSet& params, Communicator& data, Backend& backend, const DdpSettings& s);
+  // `expert_data`: the expert-data-parallel group the experts' gradients are reduced over (null:
+  // they join the dense buffer, right when it equals the data-parallel group). Both domains
+  // average over the data-parallel size, as Megatron's expert_gradient_scaling_factor: an
+  // expert's gradient already sums what every expert-parallel rank's tokens gave it.
+  GradBuffers(ParameterSet& params, Communicator& data, Backend& backend, const DdpSettings& s,
+              Communicator* expert_data = nullptr);
   ~GradBuffers();
   GradBuffers(const GradBuffers&) = delete;
   GradBuffers& operator=(const GradBuffers&) = delete;
 
-  const BufferLayout& layout() const { return layout_; }
+  // The dense parameters' layout (every parameter's, without an expert domain).
+  const BufferLayout& layout() const { return domains_.front().layout; }
+  // The dense domain first, then the experts' when it has a buffer of its own.
+  const std::vector<BufferDomain>& domains() const { return domains_; }
   bool distributed() const { return settings_.use_distributed_optimizer; }
 
   // Zeroes the whole gradient buffer (padding included) and forgets what was reported.
@@ -54,7 +78,7 @@ class GradBuffers {
   // data-parallel mean (distributed optimizer: only in this rank's shard ranges).
   void finish_grad_sync();
   // Buckets whose reduction has started this step (tests: overlap starts them during backward).
-  std::size_t buckets_started() const { return next_to_start_; }
+  std::size_t buckets_started() const;
 
   // The parameters the optimizer steps: all of them, or this rank's shards (1-D views of the
   // owned ranges of value and grad, named like their parameter).
@@ -76,22 +100,19 @@ class GradBuffers {
   std::size_t gathers_in_flight() const;
 
  private:
-  void start_bucket(std::size_t b);
-  std::size_t bucket_of(const Parameter* p, const char* caller) const;
+  struct Place {
+    std::size_t domain = 0, bucket = 0;
+  };
+  void build_domain(BufferDomain& d, const std::vector<std::int64_t>& numels, DType dtype);
+  void start_bucket(BufferDomain& d, std::size_t b);
+  Place place_of(const Parameter* p, const char* caller) const;
 
   ParameterSet& params_;
-  Communicator& data_;
   Backend& backend_;
   DdpSettings settings_;
-  BufferLayout layout_;
-  Tensor grad_buffer_, param_buffer_;
-  std::unordered_map<const Parameter*, std::size_t> index_of_;  // declaration index
-  std::vector<std::int64_t> pending_;       // per bucket: parameters not yet reported
-  std::vector<bool> started_;               // per bucket
-  std::vector<CommHandle> grad_handles_;    // per bucket
-  std::vector<CommHandle> gather_handles_;  // per bucket
-  std::size_t next_to_start_ = 0;           // buckets start in order: all ranks issue the same
-  std::vector<bool> ready_;                 // per bucket: all parameters reported
+  int data_parallel_size_ = 1;
+  std::vector<BufferDomain> domains_;
+  std::unordered_map<const Parameter*, Place> place_of_;
   ParameterSet shards_;
   std::vector<OwnedRange> owned_;
 };

@@ -74,11 +74,19 @@ void allreduce_shared_pipeline_grads(ParameterSet& params, const ParallelState& 
 double global_grad_norm(Backend& backend, const ParameterSet& params, const ParallelState& parallel,
                         bool sharded_over_data) {
   const bool tp_rank0 = parallel.tp_rank() <= 0;
-  std::vector<const Tensor*> counted;
+  // Under expert parallelism each expert-parallel rank holds other experts: their squares are
+  // summed over the expert and pipeline groups (and the expert-data group when sharded), as
+  // Megatron's expert norm, and added to the dense parameters'.
+  const bool expert_split = parallel.ep_size() > 1;
+  std::vector<const Tensor*> counted, experts;
   for (const auto& p : params) {
     // Another stage's copy of a shared parameter repeats its first holder's (Megatron's
     // param_is_not_shared).
     if (!p->first_pipeline_holder(parallel.pp_rank())) continue;
+    if (expert_split && p->experts > 0) {
+      experts.push_back(&p->grad);
+      continue;
+    }
     // A tensor-parallel shard is this rank's own numbers; a replicated parameter is the same on
     // every tensor-parallel rank, so only rank 0 counts it.
     if (p->partition_count > 1 || tp_rank0) counted.push_back(&p->grad);
@@ -86,10 +94,26 @@ double global_grad_norm(Backend& backend, const ParameterSet& params, const Para
   const double local = backend.l2_norm(counted);
   const bool across_model = parallel.group_size(Group::model) > 1;
   const bool across_data = sharded_over_data && parallel.dp_size() > 1;
-  if (!across_model && !across_data) return local;  // bit-identical to the one-rank norm
+  if (!across_model && !across_data && !expert_split) {
+    return local;  // bit-identical to the one-rank norm
+  }
   double squares = local * local;
   if (across_model) squares = parallel.comm(Group::model).all_reduce_value(squares, ReduceOp::sum);
   if (across_data) squares = parallel.comm(Group::data).all_reduce_value(squares, ReduceOp::sum);
+  if (expert_split) {
+    const double expert_norm = backend.l2_norm(experts);
+    double expert_squares = expert_norm * expert_norm;
+    expert_squares = parallel.comm(Group::expert).all_reduce_value(expert_squares, ReduceOp::sum);
+    if (parallel.pp_size() > 1) {
+      expert_squares =
+          parallel.comm(Group::pipeline).all_reduce_value(expert_squares, ReduceOp::sum);
+    }
+    if (sharded_over_data && parallel.edp_size() > 1) {
+      expert_squares =
+          parallel.comm(Group::expert_data).all_reduce_value(expert_squares, ReduceOp::sum);
+    }
+    squares += expert_squares;
+  }
   return std::sqrt(squares);
 }
 

@@ -22,7 +22,9 @@ void allreduce_shared_pipeline_grads(ParameterSet& params, const ParallelState& 
 // The L2 norm of every gradient element of the model, each counted once: parameters replicated
 // over tensor-parallel ranks count on tp rank 0 only; squares are summed over the model-parallel
 // group (tensor x pipeline) and, when `params` are distributed-optimizer shards, over the
-// data-parallel group too. Collective over those groups; NaN/Inf propagate.
+// data-parallel group too. Under expert parallelism the experts' squares are summed over the
+// expert, pipeline (and, sharded, expert-data) groups instead. Collective over those groups;
+// NaN/Inf propagate.
 double global_grad_norm(Backend& backend, const ParameterSet& params, const ParallelState& parallel,
                         bool sharded_over_data);
 

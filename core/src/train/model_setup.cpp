@@ -20,6 +20,10 @@ ModelBuildInfo model_build_info(ParallelState& parallel, const config::CoreConfi
   info.tp_rank = parallel.tp_rank();
   info.tp_size = parallel.tp_size();
   info.sequence_parallel = core.parallel.sequence_parallel;
+  info.expert_comm = parallel.ep_size() > 1 ? &parallel.device_comm(Group::expert) : nullptr;
+  info.ep_rank = parallel.ep_rank();
+  info.ep_size = parallel.ep_size();
+  info.etp_size = parallel.etp_size();
   const PipelineLayout pipeline = model_pipeline_layout(core, model);
   if (pipeline.pipeline_size > 1) {
     info.pipeline.rank = parallel.pp_rank();

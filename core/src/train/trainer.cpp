@@ -171,12 +171,6 @@ TrainSummary Trainer::run() {
     throw ConfigError("[parallel] context_parallel_size = " + std::to_string(parallel.cp_size()) +
                       ": context parallelism is not available yet; use 1");
   }
-  if (parallel.ep_size() > 1) {
-    throw ConfigError(
-        "[parallel] expert_model_parallel_size = " + std::to_string(parallel.ep_size()) +
-        ": expert parallelism is not available yet (every rank holds every expert); "
-        "use 1");
-  }
   // The rank's own device, resolved by the parallel state (with CUDA under MPI: its local GPU).
   t.device = parallel.device();
   if (Device::parse(core.runtime.device).type != t.device.type) {
@@ -235,8 +229,12 @@ TrainSummary Trainer::run() {
   ddp_settings.use_distributed_optimizer = core.ddp.use_distributed_optimizer;
   ddp_settings.overlap_param_gather = core.ddp.overlap_param_gather;
   ddp_settings.bucket_size = core.ddp.ddp_bucket_size;
-  t.ddp =
-      std::make_unique<GradBuffers>(params, parallel.device_comm(Group::data), be, ddp_settings);
+  // Under expert parallelism the experts' gradients have a buffer of their own, reduced over
+  // the expert-data-parallel group.
+  Communicator* expert_data =
+      parallel.ep_size() > 1 ? &parallel.device_comm(Group::expert_data) : nullptr;
+  t.ddp = std::make_unique<GradBuffers>(params, parallel.device_comm(Group::data), be, ddp_settings,
+                                        expert_data);
   GradBuffers& ddp = *t.ddp;
   // The optimizer steps whole parameters, or this rank's shards with the distributed optimizer.
   ParameterSet& opt_params = ddp.optimizer_params();

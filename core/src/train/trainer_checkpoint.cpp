@@ -66,7 +66,10 @@ std::string Trainer::Impl::save_checkpoint() {
   s.int_attributes["layout.use_distributed_optimizer"] = ddp && ddp->distributed();
 
   // One data-parallel replica writes; within it, replicated tensors come from tp rank 0 only.
+  // Under expert parallelism the experts' replica is an expert-data-parallel one: its
+  // expert-parallel ranks write their experts.
   const bool dp_writer = parallel.dp_rank() == 0, tp_first = parallel.tp_rank() <= 0;
+  const bool expert_split = parallel.ep_size() > 1, edp_writer = parallel.edp_rank() == 0;
   std::map<std::string, checkpoint::TensorSlice> slices;
   auto add = [&](const std::string& path, const Parameter& p, const Tensor& local) {
     checkpoint::TensorSlice t;
@@ -77,7 +80,8 @@ std::string Trainer::Impl::save_checkpoint() {
       t.runs = shard_runs(p);
     }
     // A parameter's copies on several pipeline stages are equal; its first holder writes it.
-    t.write = dp_writer && (tensor_parallel_shard(p) || tp_first) &&
+    const bool replica_writer = expert_split && p.experts > 0 ? edp_writer : dp_writer;
+    t.write = replica_writer && (tensor_parallel_shard(p) || tp_first) &&
               p.first_pipeline_holder(parallel.pp_rank());
     if (t.write) t.local = to_host(local);
     slices.emplace(path, std::move(t));
@@ -88,10 +92,10 @@ std::string Trainer::Impl::save_checkpoint() {
 
   std::map<std::string, Tensor> state = optimizer.state();
   if (ddp && ddp->distributed()) {
-    // Each rank holds its owned ranges of the state; gather them over the data-parallel group
-    // into buffers laid out like the gradient buffer (zeros elsewhere, so a sum is a gather),
-    // then store them like parameters.
-    const BufferLayout& layout = ddp->layout();
+    // Each rank holds its owned ranges of the state; gather them over each buffer's group (the
+    // data-parallel one, and the expert-data-parallel one for the experts' buffer) into buffers
+    // laid out like the gradient buffers (zeros elsewhere, so a sum is a gather), then store them
+    // like parameters.
     std::map<std::string, std::size_t> shard_of;
     for (std::size_t i = 0; i < ddp->owned().size(); ++i)
       shard_of.emplace(ddp->owned()[i].param->name, i);
@@ -106,21 +110,28 @@ std::string Trainer::Impl::save_checkpoint() {
           "cannot save the distributed optimizer: data-parallel ranks hold different "
           "kinds of optimizer state");
     }
+    const std::vector<BufferDomain>& domains = ddp->domains();
     for (const std::string& kind : kinds) {
-      Tensor buffer = Tensor::zeros({std::max<std::int64_t>(layout.numel, 1)}, DType::f32);
-      for (const auto& [key, tensor] : state) {
-        const auto [k, name] = split_state_key(key);
-        if (k != kind) continue;
-        const OwnedRange& r = ddp->owned().at(shard_of.at(name));
-        Tensor dst = buffer.slice(0, layout.param_offset[r.index] + r.begin, r.end - r.begin);
-        backend_for(Device::cpu()).copy(to_host(tensor).to(DType::f32), dst);
-      }
-      data.all_reduce(buffer.data<float>(), static_cast<std::size_t>(buffer.numel()), DType::f32,
-                      ReduceOp::sum);
-      for (std::size_t k = 0; k < params.size(); ++k) {
-        const Parameter& p = params[k];
-        add(kOptimizer + kind + "/" + p.name, p,
-            buffer.slice(0, layout.param_offset[k], layout.param_numel[k]).view(p.value.shape()));
+      for (std::size_t d = 0; d < domains.size(); ++d) {
+        const BufferLayout& layout = domains[d].layout;
+        Tensor buffer = Tensor::zeros({std::max<std::int64_t>(layout.numel, 1)}, DType::f32);
+        for (const auto& [key, tensor] : state) {
+          const auto [k, name] = split_state_key(key);
+          if (k != kind) continue;
+          const OwnedRange& r = ddp->owned().at(shard_of.at(name));
+          if (r.domain != d) continue;
+          Tensor dst = buffer.slice(0, layout.param_offset[r.slot] + r.begin, r.end - r.begin);
+          backend_for(Device::cpu()).copy(to_host(tensor).to(DType::f32), dst);
+        }
+        Communicator& group = parallel.comm(d == 0 ? Group::data : Group::expert_data);
+        group.all_reduce(buffer.data<float>(), static_cast<std::size_t>(buffer.numel()), DType::f32,
+                         ReduceOp::sum);
+        for (std::size_t slot = 0; slot < domains[d].params.size(); ++slot) {
+          const Parameter& p = params[domains[d].params[slot]];
+          add(kOptimizer + kind + "/" + p.name, p,
+              buffer.slice(0, layout.param_offset[slot], layout.param_numel[slot])
+                  .view(p.value.shape()));
+        }
       }
     }
   } else {

@@ -26,6 +26,7 @@ struct ParamFactory {
   Device device = Device::cpu();
   DType dtype = DType::f32;
   TensorParallelism tp = {};
+  ExpertParallelism ep = {};
 
   // Declares a parameter of global shape `shape` and allocates this rank's shard of it and its
   // grad, both uninitialised until initialize_parameters (or zero_gradients for the grad) runs
@@ -33,6 +34,12 @@ struct ParamFactory {
   // can derive per-rank sizes for any tensor-parallel size.
   Parameter& declare(const std::string& name, const Shape& shape, ParamInit init,
                      float init_std = 0, bool weight_decay = true, Split split = {});
+  // Declares an MoE layer's grouped expert weight of global shape (experts, ...):
+  // Parameter::experts and experts_per_token are set, and this rank's shard is its expert-parallel
+  // share of whole experts along dim 0 (partition_count = ep.size). Throws ConfigError naming
+  // expert_model_parallel_size when the experts do not divide over the group.
+  Parameter& declare_experts(const std::string& name, const Shape& shape, ParamInit init,
+                             float init_std, std::int64_t experts_per_token);
 };
 
 // Fills every parameter per its ParamInit. Normal parameter k uses the Philox stream

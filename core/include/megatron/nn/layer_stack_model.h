@@ -38,6 +38,8 @@ LayerContext layer_context(const ModelBuildInfo& info, const StepOptions& option
 // parallelism); `name` prefixes the errors.
 TensorParallelism model_tensor_parallelism(const ModelBuildInfo& info, const std::string& name,
                                            const std::vector<std::int64_t>& seq_lengths);
+// The model's expert-parallel group from the build info; throws Error on an inconsistent one.
+ExpertParallelism model_expert_parallelism(const ModelBuildInfo& info, const std::string& name);
 // Gives each parameter of `params` its index in `probe` (the whole model declared on the meta
 // device), so parameter k draws Philox stream k whatever the layout.
 void assign_init_indices(ParameterSet& params, const ParameterSet& probe, const std::string& name);

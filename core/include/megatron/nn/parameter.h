@@ -32,7 +32,9 @@ struct Parameter {
   Shape global_shape;      // the unsplit shape, as stored in checkpoints
   int partition_dim = -1;  // tensor-parallel split dimension, -1 when replicated
   // How `value` sits in the global tensor (see Note [Tensor-parallel shards]).
-  int partition_count = 1;   // tensor-parallel size it was cut for; 1 = the whole tensor
+  // Tensor-parallel size it was cut for (expert-parallel size for MoE expert tensors, which are
+  // cut along dim 0 into whole experts); 1 = the whole tensor.
+  int partition_count = 1;
   int partition_rank = 0;    // which slice of each block this rank holds
   int partition_blocks = 1;  // equal blocks along partition_dim split separately (2: SwiGLU fc1)
   // Unequal blocks instead (global extents, summing to the dimension), each split separately:

@@ -23,6 +23,19 @@ struct TensorParallelism {
   bool sp() const { return sequence_parallel && size > 1; }
 };
 
+// The expert-parallel group of an MoE layer (Megatron's expert_model_parallel_size): rank r holds
+// experts [r * E / size, (r + 1) * E / size) whole, and tokens travel to their experts' ranks by
+// all-to-all. It is carved out of the data-parallel ranks, so its members see different tokens.
+// The default (size 1) holds every expert. `comm` may be null on the meta device.
+struct ExpertParallelism {
+  Communicator* comm = nullptr;
+  int rank = 0;
+  int size = 1;
+  int tensor_size = 1;  // expert_tensor_parallel_size: MoE layers refuse > 1 for now
+
+  bool split() const { return size > 1; }
+};
+
 // In-place reduction over the group (Megatron's reduce_from_tensor_model_parallel_region forward
 // and copy_to_tensor_model_parallel_region backward). No-op when not split.
 void tp_all_reduce(const TensorParallelism& tp, Tensor& t, ReduceOp op = ReduceOp::sum);

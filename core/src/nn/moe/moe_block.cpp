@@ -3,8 +3,10 @@
 // MoELayer (dropless or with capacity) computes them on one rank.
 #include "megatron/nn/moe/moe_block.h"
 
-#include <algorithm>
+#include <string>
+#include <utility>
 
+#include "expert_exchange.h"
 #include "megatron/error.h"
 #include "megatron/nn/mixed_gemm.h"
 #include "megatron/nn/moe/routing.h"
@@ -33,12 +35,15 @@ std::vector<double> to_host(Backend& be, const Tensor& t) {
 
 // What one micro-batch's forward keeps for backward.
 struct MoeBlock::Run : Mixer::Saved {
-  moe::Routing routing;              // host, dense (tokens, experts)
-  std::vector<std::int64_t> tokens;  // the permuted rows' tokens, expert-major, token order
-  std::vector<std::int64_t> group_rows;
+  moe::Routing routing;                  // host, dense (tokens, experts)
+  std::vector<std::int64_t> tokens;      // the permuted rows' tokens, expert-major, token order
+  std::vector<std::int64_t> group_rows;  // this rank's rows per global expert
   std::vector<double> aux_grad;  // (tokens, experts): the auxiliary losses' gradient, scaled
   Tensor perm, probs;            // on the device: tokens (i32) and their weights
-  Tensor xp, fc1_out, act, out;  // (M, h), (M, fc1), (M, ffn), (M, h)
+  std::unique_ptr<moe::ExpertExchange> exchange;
+  // The local experts' rows (every source's): (R, h), (R, fc1), (R, ffn); and the expert outputs
+  // of this rank's own rows, back in global expert order: (M, h).
+  Tensor xp, fc1_out, act, out;
   Mlp::Saved shared;
   Tensor shared_out;
 };
@@ -47,22 +52,32 @@ void MoeBlock::declare(ParamFactory& factory, const std::string& prefix,
                        const TransformerConfig& config) {
   config_ = config;
   const MoeConfig& moe = config.moe;
-  if (factory.tp.split()) {
+  // Megatron: an MoE layer under tensor parallelism needs sequence parallelism, so each
+  // tensor-parallel rank routes its own sequence shard (the experts themselves are not split:
+  // expert_tensor_parallel_size 1, checked by the trainer).
+  if (factory.tp.split() && !factory.tp.sp()) {
     throw ConfigError(
-        "num_experts: Mixture of Experts runs on one tensor-parallel rank for now "
-        "(tensor_model_parallel_size 1)");
+        "[parallel] sequence_parallel: Mixture of Experts (num_experts) with "
+        "tensor_model_parallel_size " +
+        std::to_string(factory.tp.size) + " needs sequence_parallel = true");
   }
+  if (factory.ep.tensor_size > 1) {
+    throw ConfigError(
+        "[parallel] expert_tensor_parallel_size = " + std::to_string(factory.ep.tensor_size) +
+        " (0 follows tensor_model_parallel_size): experts split over "
+        "tensor-parallel ranks are not available yet; set it to 1");
+  }
+  tp_ = factory.tp;
+  ep_ = factory.ep;
   const std::int64_t e = moe.num_experts, h = config.hidden_size, f = moe.ffn_hidden_size;
   router = Linear::declare(factory, prefix + ".router", h, e, false, config.init_method_std);
+  // Replicated over the tensor-parallel ranks, each using it on its sequence shard.
+  router.weight->sequence_parallel = tp_.sp();
   const std::int64_t fc1_width = config.swiglu ? 2 * f : f;
-  fc1 = &factory.declare(prefix + ".experts.linear_fc1.weight", {e, fc1_width, h},
-                         ParamInit::normal, config.init_method_std);
-  fc2 = &factory.declare(prefix + ".experts.linear_fc2.weight", {e, h, f}, ParamInit::normal,
-                         config.output_init_std());
-  for (Parameter* p : {fc1, fc2}) {
-    p->experts = e;
-    p->experts_per_token = moe.routing.topk;
-  }
+  fc1 = &factory.declare_experts(prefix + ".experts.linear_fc1.weight", {e, fc1_width, h},
+                                 ParamInit::normal, config.init_method_std, moe.routing.topk);
+  fc2 = &factory.declare_experts(prefix + ".experts.linear_fc2.weight", {e, h, f},
+                                 ParamInit::normal, config.output_init_std(), moe.routing.topk);
   if (moe.shared_expert_ffn > 0) {
     TransformerConfig shared = config;
     shared.ffn_hidden_size = moe.shared_expert_ffn;
@@ -87,22 +102,47 @@ void MoeBlock::route_rows(const LayerContext& ctx, const Tensor& x_rows, std::in
   // the loss (MoEAuxLossAutoScaler's main_loss_backward_scale).
   if (!ctx.training) return;
   run.aux_grad.assign(static_cast<std::size_t>(t * e), 0.0);
+  // Under sequence parallelism each tensor-parallel rank holds part of the tokens: the expert
+  // counts are summed over the group, the z-loss coefficient divided by it (Megatron's router),
+  // so the ranks' terms add up to the unsplit run's; the logged values are those sums.
+  const double shards = tp_.sp() ? tp_.size : 1;
+  std::vector<std::pair<const char*, double>> logged;
   if (moe.z_loss_coeff > 0) {
-    const double z =
-        moe::z_loss(l.data(), t, e, moe.z_loss_coeff, ctx.loss_scale, run.aux_grad.data());
-    if (ctx.aux_losses) ctx.aux_losses->add("z_loss", z / moe.z_loss_coeff);
+    const double coeff = moe.z_loss_coeff / shards;
+    const double z = moe::z_loss(l.data(), t, e, coeff, ctx.loss_scale, run.aux_grad.data());
+    logged.emplace_back("z_loss", z / moe.z_loss_coeff);
   }
   if (moe.load_balancing != LoadBalancing::none && moe.aux_loss_coeff > 0) {
     // aux_loss: the micro-batch's tokens; seq_aux_loss: each sequence's (rows s * B + b).
     const std::int64_t groups = moe.load_balancing == LoadBalancing::seq_aux_loss ? sequences : 1;
-    const std::vector<double> counts = moe::aux_tokens_per_expert(moe.routing, l.data(), t, groups);
+    std::vector<double> counts = moe::aux_tokens_per_expert(moe.routing, l.data(), t, groups);
+    if (tp_.sp()) counts = tensor_parallel_sum(ctx.backend, counts);
     const double loss = moe::load_balancing_loss(
-        moe.routing, l.data(), t, groups, counts, static_cast<double>(t / groups),
+        moe.routing, l.data(), t, groups, counts, static_cast<double>(t / groups) * shards,
         moe.aux_loss_coeff, ctx.loss_scale, run.aux_grad.data());
     const char* name = moe.load_balancing == LoadBalancing::seq_aux_loss ? "seq_load_balancing_loss"
                                                                          : "load_balancing_loss";
-    if (ctx.aux_losses) ctx.aux_losses->add(name, loss / moe.aux_loss_coeff);
+    logged.emplace_back(name, loss / moe.aux_loss_coeff);
   }
+  if (tp_.sp() && !logged.empty()) {
+    std::vector<double> values;
+    for (const auto& [name, value] : logged)
+      values.push_back(value);
+    values = tensor_parallel_sum(ctx.backend, values);
+    for (std::size_t i = 0; i < logged.size(); ++i)
+      logged[i].second = values[i];
+  }
+  if (ctx.aux_losses) {
+    for (const auto& [name, value] : logged)
+      ctx.aux_losses->add(name, value);
+  }
+}
+
+std::vector<double> MoeBlock::tensor_parallel_sum(Backend& be,
+                                                  const std::vector<double>& values) const {
+  Tensor t = on_device(be, values, DType::f64);
+  tp_all_reduce(tp_, t);
+  return to_host(be, t);
 }
 
 std::unique_ptr<Mixer::Saved> MoeBlock::forward(const LayerContext& ctx, const Tensor& x,
@@ -134,21 +174,24 @@ std::unique_ptr<Mixer::Saved> MoeBlock::forward(const LayerContext& ctx, const T
   const auto m = static_cast<std::int64_t>(perm.size());
   run->perm = on_device(be, perm, DType::i32);
   run->probs = on_device(be, probs, dt);
-  run->xp = be.empty({m, h}, dt);
-  be.embedding_forward(run->perm, x_rows, 0, run->xp);
-
-  const std::int64_t f = moe.ffn_hidden_size;
-  run->fc1_out = be.empty({m, fc1->value.size(1)}, dt);
-  mixed_grouped_gemm(be, run->xp, false, fc1->value, true, run->group_rows, run->fc1_out,
-                     ctx.compute);
-  run->act = be.empty({m, f}, dt);
+  Tensor xp = be.empty({m, h}, dt);
+  be.embedding_forward(run->perm, x_rows, 0, xp);
+  // Expert parallelism: the rows travel to their experts' ranks and back (identity on one rank).
+  run->exchange = std::make_unique<moe::ExpertExchange>(be, ep_, run->group_rows);
+  const std::vector<std::int64_t>& local_rows = run->exchange->local_rows();
+  run->xp = run->exchange->dispatch(be, xp);
+  const std::int64_t r = run->xp.size(0), f = moe.ffn_hidden_size;
+  run->fc1_out = be.empty({r, fc1->value.size(1)}, dt);
+  mixed_grouped_gemm(be, run->xp, false, fc1->value, true, local_rows, run->fc1_out, ctx.compute);
+  run->act = be.empty({r, f}, dt);
   if (config_.swiglu) {
     be.swiglu_forward(run->fc1_out, run->act);
   } else {
     be.gelu_forward(run->fc1_out, run->act, config_.gelu);
   }
-  run->out = be.empty({m, h}, dt);
-  mixed_grouped_gemm(be, run->act, false, fc2->value, true, run->group_rows, run->out, ctx.compute);
+  Tensor local_out = be.empty({r, h}, dt);
+  mixed_grouped_gemm(be, run->act, false, fc2->value, true, local_rows, local_out, ctx.compute);
+  run->out = run->exchange->combine(be, local_out);
   Tensor weighted = be.empty({m, h}, dt);
   be.scale_rows(run->out, run->probs, weighted);
   Tensor y_rows = rows_of(y);
@@ -169,7 +212,7 @@ void MoeBlock::backward(const LayerContext& ctx, const Tensor& x, const Tensor& 
   const Tensor x_rows = rows_of(x), dy_rows = rows_of(dy);
   Tensor dx_rows = rows_of(dx);
   const std::int64_t t = x_rows.size(0), e = moe.num_experts, h = x_rows.size(1);
-  const std::int64_t m = run.xp.size(0);
+  const std::int64_t m = run.out.size(0);
   const DType dt = x.dtype();
 
   // The weighted sum's gradient: each permuted row's share of dy, and its weight's gradient.
@@ -180,10 +223,13 @@ void MoeBlock::backward(const LayerContext& ctx, const Tensor& x, const Tensor& 
   Tensor dout = be.empty({m, h}, dt);
   be.scale_rows(dyp, run.probs, dout);
 
-  // The experts, last linear first; weight gradients accumulate.
+  // The experts, last linear first, on the rows this rank's experts received; weight gradients
+  // accumulate.
+  const std::vector<std::int64_t>& local_rows = run.exchange->local_rows();
+  const Tensor dout_local = run.exchange->dispatch(be, dout);
   Tensor dact = be.empty(run.act.shape(), dt);
-  mixed_grouped_gemm(be, dout, false, fc2->value, false, run.group_rows, dact, ctx.compute);
-  mixed_grouped_gemm(be, dout, true, run.act, false, run.group_rows, fc2->grad, ctx.compute, 1.0f,
+  mixed_grouped_gemm(be, dout_local, false, fc2->value, false, local_rows, dact, ctx.compute);
+  mixed_grouped_gemm(be, dout_local, true, run.act, false, local_rows, fc2->grad, ctx.compute, 1.0f,
                      1.0f);
   Tensor dfc1 = be.empty(run.fc1_out.shape(), dt);
   if (config_.swiglu) {
@@ -191,10 +237,10 @@ void MoeBlock::backward(const LayerContext& ctx, const Tensor& x, const Tensor& 
   } else {
     be.gelu_backward(dact, run.fc1_out, dfc1, config_.gelu);
   }
-  Tensor dxp = be.empty({m, h}, dt);
-  mixed_grouped_gemm(be, dfc1, false, fc1->value, false, run.group_rows, dxp, ctx.compute);
-  mixed_grouped_gemm(be, dfc1, true, run.xp, false, run.group_rows, fc1->grad, ctx.compute, 1.0f,
-                     1.0f);
+  Tensor dxp_local = be.empty(run.xp.shape(), dt);
+  mixed_grouped_gemm(be, dfc1, false, fc1->value, false, local_rows, dxp_local, ctx.compute);
+  mixed_grouped_gemm(be, dfc1, true, run.xp, false, local_rows, fc1->grad, ctx.compute, 1.0f, 1.0f);
+  const Tensor dxp = run.exchange->combine(be, dxp_local);
   be.embedding_backward(run.perm, dxp, 0, dx_rows, false);
 
   // The router: the routing weights' gradient through the score function, plus the auxiliary

@@ -6,7 +6,10 @@
 // scatter-add); shared experts (`shared_experts.linear_fc1/fc2`) add a dense MLP of every token.
 // The load-balancing and z losses are reported to LayerContext::aux_losses and their gradients,
 // scaled by the step's loss scale, join the router's in backward, as Megatron's
-// MoEAuxLossAutoScaler does. One rank holds every expert (no tensor or expert parallelism yet).
+// MoEAuxLossAutoScaler does. Under expert parallelism each rank holds a contiguous share of the
+// experts and the permuted rows travel to them by all-to-all (moe::ExpertExchange); routing and
+// the auxiliary losses stay each rank's own tokens'. Under tensor parallelism (which needs
+// sequence parallelism) each rank routes its sequence shard; the experts are not split further.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +45,11 @@ class MoeBlock : public Mixer {
   // The routing of one micro-batch's rows and, in training, the auxiliary losses' gradient.
   void route_rows(const LayerContext& ctx, const Tensor& x_rows, std::int64_t sequences,
                   Run& run) const;
+  // The element-wise sum of `values` over the tensor-parallel group.
+  std::vector<double> tensor_parallel_sum(Backend& be, const std::vector<double>& values) const;
   TransformerConfig config_;
+  TensorParallelism tp_;  // under sequence parallelism each rank routes its sequence shard
+  ExpertParallelism ep_;  // this rank holds experts [rank * E / size, (rank + 1) * E / size)
 };
 
 // pre_mlp_layernorm -> mlp (an MoE block): Megatron names the MoE layer's norm so in the local
