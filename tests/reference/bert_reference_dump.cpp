@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bert_model.h"
+#include "lm_reference_dump.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 #include "perturb_parameters.h"
@@ -79,21 +80,13 @@ Tensor lm_logits(nn::LayerStackModel& model, const Tensor& hidden, std::int64_t 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: bert_reference_dump OUT_DIR VARIANT\n";
-    return 2;
-  }
-  try {
+  return reference::dump_main(argc, argv, "bert_reference_dump", [](const std::string& variant) {
     // The bundled bert-base-uncased vocabulary (30522) plus Megatron's appended [BOS] and [EOS].
     const std::int64_t vocab = 30524, seq = 32, batch = 3;
     const std::int64_t real_length[batch] = {32, 27, 19};
     const std::int32_t cls = 101, sep = 102, pad = 0;
-    bert::BertModel model(variant_config(argv[2]));
-    ModelBuildInfo info;
-    info.vocab_size = vocab;
-    info.seq_length = seq;
-    info.seed = 1234;
-    model.build(info);
+    bert::BertModel model(variant_config(variant));
+    reference::build_for_reference(model, vocab, seq);
 
     std::mt19937 rng(42);
     reference::perturb_constant_parameters(model.parameters(), rng);
@@ -149,10 +142,6 @@ int main(int argc, char** argv) {
       state.tensors["reference/grad/" + p->name] = p->grad;
     for (const char* field : {"text", "types", "labels", "loss_mask", "padding_mask", "is_random"})
       state.tensors[std::string("reference/") + field] = bt[field];
-    std::cout << checkpoint::save_checkpoint(argv[1], state).string() << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "bert_reference_dump: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return state;
+  });
 }

@@ -48,27 +48,14 @@ gpt::GptConfig variant_config(const std::string& variant) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: gpt_reference_dump OUT_DIR VARIANT\n";
-    return 2;
-  }
-  try {
+  return reference::dump_main(argc, argv, "gpt_reference_dump", [](const std::string& variant) {
     const std::int64_t vocab = 50257, seq = 32, batch = 2;
-    gpt::GptModel model(variant_config(argv[2]));
-    ModelBuildInfo info;
-    info.vocab_size = vocab;
-    info.seq_length = seq;
-    info.seed = 1234;
-    model.build(info);
-
+    gpt::GptModel model(variant_config(variant));
+    reference::build_for_reference(model, vocab, seq);
     std::mt19937 rng(42);
     const Batch b = reference::random_lm_batch(vocab, batch, seq, 5, rng);
     checkpoint::CheckpointState state = reference::lm_reference_state(model, b);
     state.tensors["reference/logits"] = model.logits(b);
-    std::cout << checkpoint::save_checkpoint(argv[1], state).string() << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "gpt_reference_dump: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return state;
+  });
 }

@@ -46,29 +46,15 @@ mamba::MambaConfig variant_config(const std::string& variant) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: mamba_reference_dump OUT_DIR VARIANT\n";
-    return 2;
-  }
-  try {
+  return reference::dump_main(argc, argv, "mamba_reference_dump", [](const std::string& variant) {
     const std::int64_t vocab = 1000, seq = 40, batch = 2;
-    mamba::MambaModel model(variant_config(argv[2]));
-    ModelBuildInfo info;
-    info.vocab_size = vocab;
-    info.seq_length = seq;
-    info.seed = 1234;
-    model.build(info);
-
+    mamba::MambaModel model(variant_config(variant));
+    reference::build_for_reference(model, vocab, seq);
     std::mt19937 rng(42);
     // Norm weights, D, A_log, dt_bias and the convolution move off their initial values, so
     // none of them can be misused unnoticed.
     reference::perturb_constant_parameters(model.parameters(), rng);
     const Batch b = reference::random_lm_batch(vocab, batch, seq, 7, rng);
-    const checkpoint::CheckpointState state = reference::lm_reference_state(model, b);
-    std::cout << checkpoint::save_checkpoint(argv[1], state).string() << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "mamba_reference_dump: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return reference::lm_reference_state(model, b);
+  });
 }

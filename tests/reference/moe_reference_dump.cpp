@@ -58,39 +58,15 @@ gpt::GptConfig variant_config(const std::string& variant) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: moe_reference_dump OUT_DIR VARIANT\n";
-    return 2;
-  }
-  try {
+  return reference::dump_main(argc, argv, "moe_reference_dump", [](const std::string& variant) {
     const std::int64_t vocab = 200, seq = 16, batch = 3;
-    gpt::GptModel model(variant_config(argv[2]));
-    ModelBuildInfo info;
-    info.vocab_size = vocab;
-    info.seq_length = seq;
-    info.seed = 1234;
-    model.build(info);
+    gpt::GptModel model(variant_config(variant));
+    reference::build_for_reference(model, vocab, seq);
     std::mt19937 rng(42);
     reference::perturb_constant_parameters(model.parameters(), rng);
     const Batch b = reference::random_lm_batch(vocab, batch, seq, 7, rng);
-
-    checkpoint::CheckpointState state;
-    for (auto& p : model.parameters())
-      state.tensors["model/" + p->name] = p->value.clone();
-    StepOptions o;  // training, backward, loss scale 1; the config has no dropout
-    const StepResult r = model.step(b, o);
-    for (const LossTerm& term : r.losses) {
-      state.tensors["reference/loss/" + term.name] =
-          Tensor::from(std::vector<double>{term.sum / term.count}, {1});
-    }
-    for (auto& p : model.parameters())
-      state.tensors["reference/grad/" + p->name] = p->grad;
-    for (const char* field : {"tokens", "labels", "loss_mask"})
-      state.tensors[std::string("reference/") + field] = b[field];
-    std::cout << checkpoint::save_checkpoint(argv[1], state).string() << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "moe_reference_dump: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    // A training step (loss scale 1, one micro-batch; the config has no dropout): the auxiliary
+    // losses exist in training only.
+    return reference::lm_reference_state(model, b, true);
+  });
 }

@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "lm_reference_dump.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/error.h"
 #include "megatron/nn/init.h"
@@ -36,21 +37,13 @@ t5::T5Config variant_config(const std::string& variant) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: t5_reference_dump OUT_DIR VARIANT\n";
-    return 2;
-  }
-  try {
+  return reference::dump_main(argc, argv, "t5_reference_dump", [](const std::string& variant) {
     // bert-base-uncased (30522) + [BOS], [EOS] + 100 sentinels, as the t5 dataset's tokenizer.
     const std::int64_t vocab = 30624, enc = 32, dec = 16, batch = 3;
     const std::int64_t enc_real[batch] = {32, 25, 17}, dec_real[batch] = {16, 11, 6};
-    t5::T5Model model(variant_config(argv[2]));
-    ModelBuildInfo info;
-    info.vocab_size = vocab;
-    info.seq_length = enc;
-    info.sample_fields = {{"text_dec", DType::i32, {dec}, FieldKind::token_ids}};
-    info.seed = 1234;
-    model.build(info);
+    t5::T5Model model(variant_config(variant));
+    reference::build_for_reference(model, vocab, enc,
+                                   {{"text_dec", DType::i32, {dec}, FieldKind::token_ids}});
     std::mt19937 rng(42);
     reference::perturb_constant_parameters(model.parameters(), rng);
 
@@ -99,10 +92,6 @@ int main(int argc, char** argv) {
     for (const char* field :
          {"text_enc", "text_dec", "labels", "loss_mask", "enc_mask", "dec_mask"})
       state.tensors[std::string("reference/") + field] = bt[field];
-    std::cout << checkpoint::save_checkpoint(argv[1], state).string() << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "t5_reference_dump: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return state;
+  });
 }
