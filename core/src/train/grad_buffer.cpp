@@ -40,7 +40,7 @@ GradBuffers::GradBuffers(ParameterSet& params, Communicator& data, Backend& back
                   "; every parameter must have the dtype and device of '" + params[0].name + "'");
     }
     const std::size_t d = expert_data && p.experts > 0 ? 1 : 0;
-    place_of_.emplace(&p, Place{d, 0});
+    place_of_.emplace(&p, Place{d, domains_[d].params.size(), 0});
     domains_[d].params.push_back(k);
     numels[d].push_back(p.value.numel());
   }
@@ -58,12 +58,10 @@ GradBuffers::GradBuffers(ParameterSet& params, Communicator& data, Backend& back
   // declaration order so optimizer state and checkpoints see a stable order.
   for (std::size_t k = 0; k < params.size(); ++k) {
     Parameter& p = params[k];
-    const std::size_t d = place_of_.at(&p).domain;
+    const auto [d, slot, bucket] = place_of_.at(&p);
     BufferDomain& domain = domains_[d];
-    const std::size_t slot = static_cast<std::size_t>(
-        std::find(domain.params.begin(), domain.params.end(), k) - domain.params.begin());
     const BufferLayout& layout = domain.layout;
-    const ShardRange range = layout.shard(layout.param_bucket[slot], domain.comm->rank());
+    const ShardRange range = layout.shard(bucket, domain.comm->rank());
     const std::int64_t offset = layout.param_offset[slot], numel = layout.param_numel[slot];
     const std::int64_t lo = std::max(range.begin, offset);
     const std::int64_t hi = std::min(range.end, offset + numel);

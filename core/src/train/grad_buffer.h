@@ -101,7 +101,7 @@ class GradBuffers {
 
  private:
   struct Place {
-    std::size_t domain = 0, bucket = 0;
+    std::size_t domain = 0, slot = 0, bucket = 0;  // slot: position in the domain
   };
   void build_domain(BufferDomain& d, const std::vector<std::int64_t>& numels, DType dtype);
   void start_bucket(BufferDomain& d, std::size_t b);
