@@ -6,10 +6,10 @@
 #include <string>
 #include <utility>
 
-#include "expert_exchange.h"
 #include "megatron/error.h"
 #include "megatron/nn/mixed_gemm.h"
 #include "megatron/nn/moe/routing.h"
+#include "token_dispatcher.h"
 
 namespace megatron::nn {
 
@@ -35,15 +35,11 @@ std::vector<double> to_host(Backend& be, const Tensor& t) {
 
 // What one micro-batch's forward keeps for backward.
 struct MoeBlock::Run : Mixer::Saved {
-  moe::Routing routing;                  // host, dense (tokens, experts)
-  std::vector<std::int64_t> tokens;      // the permuted rows' tokens, expert-major, token order
-  std::vector<std::int64_t> group_rows;  // this rank's rows per global expert
+  moe::Routing routing;          // host, dense (tokens, experts)
   std::vector<double> aux_grad;  // (tokens, experts): the auxiliary losses' gradient, scaled
-  Tensor perm, probs;            // on the device: tokens (i32) and their weights
-  std::unique_ptr<moe::ExpertExchange> exchange;
-  // The local experts' rows (every source's): (R, h), (R, fc1), (R, ffn); and the expert outputs
-  // of this rank's own rows, back in global expert order: (M, h).
-  Tensor xp, fc1_out, act, out;
+  std::unique_ptr<moe::Dispatcher> dispatcher;
+  // The local experts' rows (every source's): (R, h), (R, fc1), (R, ffn).
+  Tensor xp, fc1_out, act;
   Mlp::Saved shared;
   Tensor shared_out;
 };
@@ -152,34 +148,15 @@ std::unique_ptr<Mixer::Saved> MoeBlock::forward(const LayerContext& ctx, const T
   const MoeConfig& moe = config_.moe;
   auto run = std::make_unique<Run>();
   const Tensor x_rows = rows_of(x);
-  const std::int64_t t = x_rows.size(0), e = moe.num_experts, h = x_rows.size(1);
+  const std::int64_t t = x_rows.size(0), h = x_rows.size(1);
   const DType dt = x.dtype();
   route_rows(ctx, x_rows, x.size(1), *run);
 
-  // Permutation: every (token, expert) pair on the map, expert-major, tokens in order (Megatron's
-  // permute of routing_map.T).
-  std::vector<std::int32_t> perm;
-  std::vector<double> probs;
-  run->group_rows.assign(static_cast<std::size_t>(e), 0);
-  for (std::int64_t x_e = 0; x_e < e; ++x_e) {
-    for (std::int64_t tok = 0; tok < t; ++tok) {
-      const auto k = static_cast<std::size_t>(tok * e + x_e);
-      if (!run->routing.map[k]) continue;
-      perm.push_back(static_cast<std::int32_t>(tok));
-      run->tokens.push_back(tok);
-      probs.push_back(run->routing.probs[k]);
-      ++run->group_rows[static_cast<std::size_t>(x_e)];
-    }
-  }
-  const auto m = static_cast<std::int64_t>(perm.size());
-  run->perm = on_device(be, perm, DType::i32);
-  run->probs = on_device(be, probs, dt);
-  Tensor xp = be.empty({m, h}, dt);
-  be.embedding_forward(run->perm, x_rows, 0, xp);
-  // Expert parallelism: the rows travel to their experts' ranks and back (identity on one rank).
-  run->exchange = std::make_unique<moe::ExpertExchange>(be, ep_, run->group_rows);
-  const std::vector<std::int64_t>& local_rows = run->exchange->local_rows();
-  run->xp = run->exchange->dispatch(be, xp);
+  // The tokens reach this rank's experts (identity on one rank), each expert's MLP runs as one
+  // grouped GEMM per linear layer, and the outputs come back weighted by their probabilities.
+  run->dispatcher = moe::make_dispatcher(moe.dispatcher, be, ep_, run->routing, dt);
+  const std::vector<std::int64_t>& local_rows = run->dispatcher->local_rows();
+  run->xp = run->dispatcher->dispatch(be, x_rows);
   const std::int64_t r = run->xp.size(0), f = moe.ffn_hidden_size;
   run->fc1_out = be.empty({r, fc1->value.size(1)}, dt);
   mixed_grouped_gemm(be, run->xp, false, fc1->value, true, local_rows, run->fc1_out, ctx.compute);
@@ -191,11 +168,8 @@ std::unique_ptr<Mixer::Saved> MoeBlock::forward(const LayerContext& ctx, const T
   }
   Tensor local_out = be.empty({r, h}, dt);
   mixed_grouped_gemm(be, run->act, false, fc2->value, true, local_rows, local_out, ctx.compute);
-  run->out = run->exchange->combine(be, local_out);
-  Tensor weighted = be.empty({m, h}, dt);
-  be.scale_rows(run->out, run->probs, weighted);
   Tensor y_rows = rows_of(y);
-  be.embedding_backward(run->perm, weighted, 0, y_rows, false);
+  run->dispatcher->combine(be, local_out, y_rows);
   if (moe.shared_expert_ffn > 0) {
     run->shared_out = be.empty({t, h}, dt);
     shared_experts.forward(ctx, x_rows, run->shared_out, run->shared);
@@ -212,21 +186,15 @@ void MoeBlock::backward(const LayerContext& ctx, const Tensor& x, const Tensor& 
   const Tensor x_rows = rows_of(x), dy_rows = rows_of(dy);
   Tensor dx_rows = rows_of(dx);
   const std::int64_t t = x_rows.size(0), e = moe.num_experts, h = x_rows.size(1);
-  const std::int64_t m = run.out.size(0);
   const DType dt = x.dtype();
 
-  // The weighted sum's gradient: each permuted row's share of dy, and its weight's gradient.
-  Tensor dyp = be.empty({m, h}, dt);
-  be.embedding_forward(run.perm, dy_rows, 0, dyp);
-  Tensor dprob = be.empty({m}, dt);
-  be.row_dots(dyp, run.out, dprob);
-  Tensor dout = be.empty({m, h}, dt);
-  be.scale_rows(dyp, run.probs, dout);
+  // The weighted sum's gradient: the local experts' output gradient and the weights'.
+  std::vector<double> dprobs;
+  const Tensor dout_local = run.dispatcher->combine_backward(be, dy_rows, dprobs);
 
   // The experts, last linear first, on the rows this rank's experts received; weight gradients
   // accumulate.
-  const std::vector<std::int64_t>& local_rows = run.exchange->local_rows();
-  const Tensor dout_local = run.exchange->dispatch(be, dout);
+  const std::vector<std::int64_t>& local_rows = run.dispatcher->local_rows();
   Tensor dact = be.empty(run.act.shape(), dt);
   mixed_grouped_gemm(be, dout_local, false, fc2->value, false, local_rows, dact, ctx.compute);
   mixed_grouped_gemm(be, dout_local, true, run.act, false, local_rows, fc2->grad, ctx.compute, 1.0f,
@@ -240,20 +208,10 @@ void MoeBlock::backward(const LayerContext& ctx, const Tensor& x, const Tensor& 
   Tensor dxp_local = be.empty(run.xp.shape(), dt);
   mixed_grouped_gemm(be, dfc1, false, fc1->value, false, local_rows, dxp_local, ctx.compute);
   mixed_grouped_gemm(be, dfc1, true, run.xp, false, local_rows, fc1->grad, ctx.compute, 1.0f, 1.0f);
-  const Tensor dxp = run.exchange->combine(be, dxp_local);
-  be.embedding_backward(run.perm, dxp, 0, dx_rows, false);
+  run.dispatcher->dispatch_backward(be, dxp_local, dx_rows);
 
   // The router: the routing weights' gradient through the score function, plus the auxiliary
   // losses' (already scaled).
-  const std::vector<double> dp_perm = to_host(be, dprob);
-  std::vector<double> dprobs(static_cast<std::size_t>(t * e), 0.0);
-  std::int64_t row = 0;
-  for (std::int64_t x_e = 0; x_e < e; ++x_e) {
-    for (std::int64_t j = 0; j < run.group_rows[static_cast<std::size_t>(x_e)]; ++j, ++row) {
-      const std::int64_t tok = run.tokens[static_cast<std::size_t>(row)];
-      dprobs[static_cast<std::size_t>(tok * e + x_e)] = dp_perm[static_cast<std::size_t>(row)];
-    }
-  }
   std::vector<double> dlogits = run.aux_grad;
   dlogits.resize(static_cast<std::size_t>(t * e), 0.0);
   moe::route_backward(moe.routing, run.routing, dprobs.data(), dlogits.data());

@@ -7,7 +7,7 @@
 // The load-balancing and z losses are reported to LayerContext::aux_losses and their gradients,
 // scaled by the step's loss scale, join the router's in backward, as Megatron's
 // MoEAuxLossAutoScaler does. Under expert parallelism each rank holds a contiguous share of the
-// experts and the permuted rows travel to them by all-to-all (moe::ExpertExchange); routing and
+// experts and the tokens reach them by all-gather or all-to-all (moe::Dispatcher); routing and
 // the auxiliary losses stay each rank's own tokens'. Under tensor parallelism (which needs
 // sequence parallelism) each rank routes its sequence shard; the experts are not split further.
 #pragma once
