@@ -46,7 +46,7 @@ nn::TransformerConfig config(bool swiglu, double capacity = 0, bool pad = false,
 }
 
 struct Fixture {
-  ParameterSet params;
+  ParameterSet params, buffers;
   nn::MoeBlock block;
   nn::TransformerConfig tc;
   Tensor x = random_tensor({kS, kB, kH}, 1);
@@ -54,7 +54,7 @@ struct Fixture {
   float loss_scale = 1.0f;
 
   explicit Fixture(const nn::TransformerConfig& c) : tc(c) {
-    nn::ParamFactory f{params, Device::cpu(), DType::f64};
+    nn::ParamFactory f{params, Device::cpu(), DType::f64, {}, {}, &buffers};
     block.declare(f, "decoder.layers.0.mlp", tc);
     unsigned seed = 10;
     for (auto& p : params) {
@@ -202,6 +202,73 @@ TEST(MoeBlock, OutputIsEachTokensExpertsWeightedAndLossesAreReported) {
   f.block.forward(eval, f.x, {}, 0, y2);
   EXPECT_TRUE(none.terms.empty());
   EXPECT_EQ(y2.to_vector<double>(), yv);
+}
+
+// The aux-loss-free expert bias: a zero f32 buffer named as Megatron's, never a parameter; each
+// iteration it moves by the update rate towards the experts that took fewer than the mean of the
+// tokens routed in its training forwards (not in evaluation or recomputed ones), and it steers
+// the selection.
+TEST(MoeBlock, ExpertBiasCountsTrainingForwardsAndSteersTheChoice) {
+  nn::TransformerConfig c = config(true);
+  c.moe.routing.score = nn::moe::ScoreFunction::sigmoid;
+  c.moe.expert_bias = true;
+  c.moe.bias_update_rate = 0.125;
+  Fixture f(c);
+  ASSERT_EQ(f.buffers.size(), 1u);
+  ASSERT_EQ(f.block.expert_bias, &f.buffers[0]);
+  EXPECT_EQ(f.block.expert_bias->name, "decoder.layers.0.mlp.router.expert_bias");
+  EXPECT_EQ(f.block.expert_bias->value.dtype(), DType::f32);
+  EXPECT_EQ(f.block.expert_bias->value.to_vector<float>(), std::vector<float>(kExperts, 0.0f));
+  EXPECT_EQ(f.params.find("decoder.layers.0.mlp.router.expert_bias"), nullptr);
+
+  // The tokens each expert takes in a training forward, from the router's own logits.
+  const std::vector<double> xv = f.x.to_vector<double>();
+  const std::vector<double> wr = f.block.router.weight->value.to_vector<double>();
+  std::vector<double> logits(kS * kB * kExperts, 0.0);
+  for (std::int64_t t = 0; t < kS * kB; ++t)
+    for (std::int64_t e = 0; e < kExperts; ++e)
+      for (std::int64_t j = 0; j < kH; ++j)
+        logits[static_cast<std::size_t>(t * kExperts + e)] +=
+            wr[static_cast<std::size_t>(e * kH + j)] * xv[static_cast<std::size_t>(t * kH + j)];
+  const nn::moe::Routing r = nn::moe::route(c.moe.routing, logits.data(), kS * kB);
+  std::vector<float> want(kExperts, 0.0f);
+  bool uneven = false;
+  for (std::int64_t e = 0; e < kExperts; ++e) {
+    double taken = 0;
+    for (std::int64_t t = 0; t < kS * kB; ++t)
+      taken += r.map[static_cast<std::size_t>(t * kExperts + e)];
+    const double mean = kS * kB * 2.0 / kExperts;
+    want[static_cast<std::size_t>(e)] = 0.125f * static_cast<float>((taken < mean) - (taken > mean));
+    uneven = uneven || taken != mean;
+  }
+  ASSERT_TRUE(uneven) << "the fixture's routing is even: the update would not move";
+
+  nn::AuxLosses aux;
+  f.forward(aux);
+  // Neither an evaluation forward nor a recomputed one (no loss sink) counts.
+  Tensor y = Tensor::empty(f.x.shape(), DType::f64);
+  f.block.forward({cpu(), false, 7, 1, DType::f64, 1.0f, &aux}, f.x, {}, 0, y);
+  f.block.forward({cpu(), true, 7, 1, DType::f64, 1.0f, nullptr}, f.x, {}, 0, y);
+  f.block.end_training_iteration(cpu(), nullptr);
+  EXPECT_EQ(f.block.expert_bias->value.to_vector<float>(), want);
+  // The counts were reset: an iteration without training forwards leaves the bias.
+  f.block.forward({cpu(), true, 7, 1, DType::f64, 1.0f, nullptr}, f.x, {}, 0, y);
+  f.block.end_training_iteration(cpu(), nullptr);
+  EXPECT_EQ(f.block.expert_bias->value.to_vector<float>(), want);
+
+  // A large bias on expert 3 sends every token there (the weights stay the sigmoid's).
+  std::vector<float> steer(kExperts, 0.0f);
+  steer[3] = 100.0f;
+  cpu().copy(Tensor::from(steer, {kExperts}), f.block.expert_bias->value);
+  f.forward(aux);
+  f.block.end_training_iteration(cpu(), nullptr);
+  EXPECT_EQ(f.block.expert_bias->value.to_vector<float>()[3], 100.0f - 0.125f);
+
+  // Declaring it needs the model's buffer set.
+  ParameterSet params;
+  nn::ParamFactory no_buffers{params, Device::meta(), DType::f32};
+  nn::MoeBlock block;
+  EXPECT_THROW(block.declare(no_buffers, "decoder.layers.0.mlp", c), Error);
 }
 
 // Tensor parallelism needs sequence parallelism, experts split over tensor-parallel ranks are not

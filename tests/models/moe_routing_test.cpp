@@ -137,9 +137,9 @@ TEST(MoeRouting, ExpertBiasChangesTheChoiceNotTheWeights) {
   const Routing r = route(c, row.data(), 1, bias.data());
   EXPECT_EQ(r.map[1], 1);
   EXPECT_DOUBLE_EQ(r.probs[1], 1.0 / (1.0 + std::exp(-0.5)));  // sigmoid(logit), no bias
-  std::vector<double> b = {0, 0, 0, 0};
+  std::vector<float> b = {0, 0, 0, 0.5f};
   update_expert_bias(b, {4, 1, 2, 1}, 0.01);  // mean 2
-  EXPECT_EQ(b, (std::vector<double>{-0.01, 0.01, 0.0, 0.01}));
+  EXPECT_EQ(b, (std::vector<float>{-0.01f, 0.01f, 0.0f, 0.5f + 0.01f}));
 }
 
 TEST(MoeRouting, LoadBalancingLossesAndZLossGradients) {

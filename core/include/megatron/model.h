@@ -64,6 +64,10 @@ struct ModelBuildInfo {
   int ep_rank = 0;
   int ep_size = 1;
   int etp_size = 1;  // expert_tensor_parallel_size, resolved (experts split over it: not yet)
+  // The data-parallel group (Megatron's, which the expert-parallel group is carved out of), for
+  // per-iteration statistics summed over the data-parallel ranks (MoE's expert-bias token
+  // counts). Null: one data-parallel rank (or `plan`).
+  Communicator* data_comm = nullptr;
   PipelinePlacement pipeline;  // default: the whole model, one stage
 };
 
@@ -174,6 +178,15 @@ class Model : public Plugin {
   // load_balancing_loss, z_loss), in logging order, known on every pipeline stage: the trainer
   // sums them over the stages, since each stage reports only its own layers'.
   virtual std::vector<std::string> auxiliary_loss_names() const { return {}; }
+  // State the model keeps beside its parameters, saved in and loaded from checkpoints under
+  // model/ like them but never trained (no gradient, no optimizer state; Megatron's persistent
+  // buffers, e.g. MoE's router.expert_bias). Null or empty: none.
+  virtual ParameterSet* buffers() { return nullptr; }
+  // Once per training iteration, after its last micro-batch's backward and before the optimizer
+  // step (Megatron's finalize_model_grads): per-iteration updates of the buffers, e.g. MoE's
+  // aux-loss-free expert bias from the iteration's token counts. Collective over the tensor- and
+  // data-parallel ranks of each pipeline stage.
+  virtual void end_training_iteration() {}
   // Before input_fields() and build(): puts a task head in place of the pretraining heads. The
   // default accepts only Kind::pretraining and refuses the rest with a ConfigError.
   virtual TaskHeadParameters select_head(const TaskHead& head);

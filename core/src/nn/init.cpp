@@ -30,6 +30,20 @@ Parameter& ParamFactory::declare(const std::string& name, const Shape& shape, Pa
   return params.add(std::move(p));
 }
 
+Parameter& ParamFactory::declare_buffer(const std::string& name, const Shape& shape) {
+  if (!buffers) {
+    throw Error("cannot declare buffer '" + name + "': the model gives its layers no buffer set");
+  }
+  Parameter p;
+  p.name = name;
+  p.global_shape = shape;
+  p.init = ParamInit::zeros;
+  p.weight_decay = false;
+  p.value = Tensor::empty(shape, DType::f32, device);
+  if (!device.is_meta()) backend_for(device).fill(p.value, 0.0);
+  return buffers->add(std::move(p));
+}
+
 Parameter& ParamFactory::declare_experts(const std::string& name, const Shape& shape,
                                          ParamInit init, float init_std,
                                          std::int64_t experts_per_token) {

@@ -66,6 +66,11 @@ void Layer::declare(ParamFactory& factory, const std::string& prefix,
   }
 }
 
+void Layer::end_training_iteration(Backend& backend, Communicator* data) {
+  for (Block& block : blocks_)
+    block.mixer->end_training_iteration(backend, data);
+}
+
 void Layer::forward_block(const LayerContext& ctx, const Block& block, const Tensor& x,
                           const LayerInputs& inputs, Tensor& y, Saved::Block& s) const {
   Backend& be = ctx.backend;

@@ -8,6 +8,11 @@
 
 namespace megatron::nn {
 
+void LayerStack::end_training_iteration(Backend& backend, Communicator* data) {
+  for (Layer& layer : layers_)
+    layer.end_training_iteration(backend, data);
+}
+
 void LayerStack::declare(ParamFactory& factory, const std::string& prefix,
                          const ModelConfig& config, const SpecFn& spec,
                          const std::vector<LayerRange>& chunks, std::uint64_t first_dropout_site) {

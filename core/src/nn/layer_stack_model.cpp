@@ -167,14 +167,20 @@ void LayerStackModel::build(const ModelBuildInfo& info) {
   // The whole model on the meta device first: its declaration order is the initialisation
   // order (parameter k draws Philox stream k), so every layout initialises alike.
   probe_params_ = ParameterSet();
-  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_, ep};
+  ParameterSet probe_buffers;
+  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_, ep, &probe_buffers};
   declare_all(probe, {}, true, true);
 
   params_ = ParameterSet();
-  ParamFactory factory{params_, info.device, info.param_dtype, tp_, ep};
+  buffers_ = ParameterSet();
+  ParamFactory factory{params_, info.device, info.param_dtype, tp_, ep, &buffers_};
   declare_all(factory, info.pipeline.chunks, holds_pre_process(), holds_post_process());
   assign_init_indices(params_, probe_params_, name_);
   if (!info.device.is_meta()) initialize_parameters(backend_for(info.device), params_, info.seed);
+}
+
+void LayerStackModel::end_training_iteration() {
+  stack_.end_training_iteration(backend_for(info_.device), info_.data_comm);
 }
 
 LayerContext LayerStackModel::context(const StepOptions& options) const {

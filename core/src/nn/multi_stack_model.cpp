@@ -183,16 +183,23 @@ void MultiStackModel::build(const ModelBuildInfo& info) {
   // The whole model on the meta device first: its declaration order is the initialisation order,
   // so every layout (and every stage's copy of a shared parameter) initialises alike.
   probe_params_ = ParameterSet();
-  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_, ep};
+  ParameterSet probe_buffers;
+  ParamFactory probe{probe_params_, Device::meta(), info.param_dtype, tp_, ep, &probe_buffers};
   std::vector<StackRole> whole(stacks_.size());
   for (std::size_t k = 0; k < stacks_.size(); ++k)
     whole[k] = {{0, stacks_[k].num_layers}, true, true};
   declare_all(probe, whole);
   params_ = ParameterSet();
-  ParamFactory factory{params_, info.device, info.param_dtype, tp_, ep};
+  buffers_ = ParameterSet();
+  ParamFactory factory{params_, info.device, info.param_dtype, tp_, ep, &buffers_};
   declare_all(factory, roles_);
   assign_init_indices(params_, probe_params_, name_);
   if (!info.device.is_meta()) initialize_parameters(backend_for(info.device), params_, info.seed);
+}
+
+void MultiStackModel::end_training_iteration() {
+  for (LayerStack& stack : layer_stacks_)
+    stack.end_training_iteration(backend_for(info_.device), info_.data_comm);
 }
 
 SampleSpec MultiStackModel::stage_inputs(int virtual_stage, std::int64_t micro_batch_size) const {

@@ -136,7 +136,7 @@ TaskResult ClassifierFinetuning::run(const std::vector<LabelledSample>& train,
   rules.skip = names.dropped;
   rules.model_type = host_.model_type();
   auto load_pretrained = [&](const std::filesystem::path& checkpoint) {
-    train::load_pretrained(checkpoint, model->parameters(), parallel, rules, context_.log);
+    train::load_pretrained(checkpoint, *model, parallel, rules, context_.log);
   };
 
   // eval_utils' accuracy of one set: each sample once, micro-batches dealt to the data-parallel

@@ -34,8 +34,8 @@ LmEvaluator::LmEvaluator(PluginContext& context, TaskHost& host, const std::stri
   context.log.info("{}", model_->describe());
   train::PretrainedRules rules;
   rules.model_type = host.model_type();
-  const train::PretrainedReport report = train::load_pretrained(
-      checkpoint, model_->parameters(), context.parallel, rules, context.log);
+  const train::PretrainedReport report =
+      train::load_pretrained(checkpoint, *model_, context.parallel, rules, context.log);
   context.log.info("{}: evaluating {} (iteration {})", task_name, report.file.string(),
                    report.iteration);
 }

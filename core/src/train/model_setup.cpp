@@ -24,6 +24,7 @@ ModelBuildInfo model_build_info(ParallelState& parallel, const config::CoreConfi
   info.ep_rank = parallel.ep_rank();
   info.ep_size = parallel.ep_size();
   info.etp_size = parallel.etp_size();
+  info.data_comm = parallel.dp_size() > 1 ? &parallel.device_comm(Group::data) : nullptr;
   const PipelineLayout pipeline = model_pipeline_layout(core, model);
   if (pipeline.pipeline_size > 1) {
     info.pipeline.rank = parallel.pp_rank();

@@ -71,9 +71,13 @@ void read_parameter_slice(const checkpoint::CheckpointReader& reader, const std:
   backend_for(live.device()).copy(host, live);
 }
 
-PretrainedReport load_pretrained(const std::filesystem::path& path, ParameterSet& params,
-                                 ParallelState& parallel, const PretrainedRules& rules,
-                                 Logger& log) {
+namespace {
+
+// Loads `params`, and `buffers` where the checkpoint has them (a buffer it lacks keeps its
+// declared value, as a checkpoint saved before the buffer existed).
+PretrainedReport load_tensors(const std::filesystem::path& path, const ParameterSet& params,
+                              const ParameterSet* buffers, ParallelState& parallel,
+                              const PretrainedRules& rules, Logger& log) {
   const checkpoint::CheckpointReader reader(checkpoint::resolve_checkpoint(path));
   const std::string file = reader.file().string();
   PretrainedReport report;
@@ -90,11 +94,25 @@ PretrainedReport load_pretrained(const std::filesystem::path& path, ParameterSet
     }
   }
 
+  std::vector<Parameter*> tensors;
+  for (const auto& p : params)
+    tensors.push_back(p.get());
+  const std::size_t first_buffer = tensors.size();
+  if (buffers) {
+    for (const auto& p : *buffers)
+      tensors.push_back(p.get());
+  }
+  auto is_buffer = [&](std::size_t i) { return i >= first_buffer; };
+  auto find = [&](const std::string& name) {
+    return params.find(name) || (buffers && buffers->find(name));
+  };
+
   // Every check first, so a refused checkpoint leaves the model as it was built.
-  for (auto& p : params) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Parameter* p = tensors[i];
     const std::string stored_path = kModel + p->name;
     if (!reader.has(stored_path)) {
-      if (starts_with_any(p->name, rules.initialise)) continue;
+      if (is_buffer(i) || starts_with_any(p->name, rules.initialise)) continue;
       throw ConfigError("checkpoint " + file + " has no tensor '" + p->name +
                         "', which the model has with shape " + shape_str(p->global_shape) +
                         " (is [model] the same as when it was saved?)");
@@ -113,7 +131,7 @@ PretrainedReport load_pretrained(const std::filesystem::path& path, ParameterSet
     if (name.rfind(kModel, 0) == 0) saved_names.push_back(name.substr(kModel.size()));
   std::vector<std::int32_t> held(saved_names.size(), 0);
   for (std::size_t i = 0; i < saved_names.size(); ++i)
-    held[i] = params.find(saved_names[i]) != nullptr;
+    held[i] = find(saved_names[i]);
   if (parallel.pp_size() > 1) parallel.comm(Group::pipeline).all_reduce(held, ReduceOp::max);
   for (std::size_t i = 0; i < saved_names.size(); ++i) {
     if (held[i]) continue;
@@ -126,7 +144,7 @@ PretrainedReport load_pretrained(const std::filesystem::path& path, ParameterSet
     report.skipped.push_back(saved_names[i]);
   }
 
-  for (auto& p : params) {
+  for (Parameter* p : tensors) {
     if (!reader.has(kModel + p->name)) {
       report.initialised.push_back(p->name);
       continue;
@@ -145,6 +163,20 @@ PretrainedReport load_pretrained(const std::filesystem::path& path, ParameterSet
       log.info("pretrained checkpoint {}: '{}' is not used by this model; skipped", file, name);
   }
   return report;
+}
+
+}  // namespace
+
+PretrainedReport load_pretrained(const std::filesystem::path& path, ParameterSet& params,
+                                 ParallelState& parallel, const PretrainedRules& rules,
+                                 Logger& log) {
+  return load_tensors(path, params, nullptr, parallel, rules, log);
+}
+
+PretrainedReport load_pretrained(const std::filesystem::path& path, Model& model,
+                                 ParallelState& parallel, const PretrainedRules& rules,
+                                 Logger& log) {
+  return load_tensors(path, model.parameters(), model.buffers(), parallel, rules, log);
 }
 
 }  // namespace megatron::train

@@ -379,6 +379,9 @@ TrainSummary Trainer::run() {
       for (std::int64_t k = 0; k < m; ++k)
         sums.add(t.model.step(batch(k), options(k)));
     }
+    // The model's per-iteration buffer updates (MoE's expert bias), whether or not the optimizer
+    // then steps, as Megatron's finalize_model_grads.
+    t.model.end_training_iteration();
     // Data-parallel mean of the gradients (bucket by bucket) and sum of the loss figures.
     ddp.finish_grad_sync();
     if (dp > 1) all_reduce_losses(parallel.comm(Group::data), sums);

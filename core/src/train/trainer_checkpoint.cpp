@@ -89,6 +89,10 @@ std::string Trainer::Impl::save_checkpoint() {
   ParameterSet& params = model.parameters();
   for (auto& p : params)
     add(kModel + p->name, *p, p->value);
+  if (ParameterSet* buffers = model.buffers()) {
+    for (auto& p : *buffers)
+      add(kModel + p->name, *p, p->value);
+  }
 
   std::map<std::string, Tensor> state = optimizer.state();
   if (ddp && ddp->distributed()) {
@@ -215,8 +219,7 @@ void Trainer::Impl::load_checkpoint_file(const std::filesystem::path& path) {
   const config::CheckpointConfig& cc = services.core.checkpoint;
   const bool weights_only = cc.finetune;
   // The weights through the public loader (no tensor may differ), then what resuming adds.
-  const PretrainedReport loaded =
-      load_pretrained(path, model.parameters(), services.parallel, {}, services.log);
+  const PretrainedReport loaded = load_pretrained(path, model, services.parallel, {}, services.log);
   const checkpoint::CheckpointReader reader(loaded.file);
   const std::string file = reader.file().string();
   const checkpoint::CheckpointState& s = reader.attributes();

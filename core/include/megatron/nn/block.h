@@ -54,6 +54,14 @@ class Mixer {
   virtual void backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
                         const LayerInputs& inputs, std::uint64_t first_site, Saved& saved,
                         Tensor& dx) const = 0;
+  // Once per training iteration, after its last backward and before the optimizer step
+  // (Model::end_training_iteration): per-iteration updates of the mixer's buffers. `data` is the
+  // data-parallel group (null: one rank). Collective: every tensor- and data-parallel peer calls
+  // it for the same layers.
+  virtual void end_training_iteration(Backend& backend, Communicator* data) {
+    (void)backend;
+    (void)data;
+  }
 };
 
 // The norm in front of a block's mixer, of the stack's normalization.

@@ -40,6 +40,13 @@ struct ParamFactory {
   // expert_model_parallel_size when the experts do not divide over the group.
   Parameter& declare_experts(const std::string& name, const Shape& shape, ParamInit init,
                              float init_std, std::int64_t experts_per_token);
+
+  // Where declare_buffer puts the model's buffers (Model::buffers); null: none may be declared.
+  ParameterSet* buffers = nullptr;
+  // Declares state kept beside the parameters and never trained (Megatron's persistent buffers,
+  // e.g. MoE's router.expert_bias): replicated, f32 whatever the parameters' dtype (Megatron keeps
+  // the expert bias in fp32), zeros, no gradient. Throws Error naming it without a buffer set.
+  Parameter& declare_buffer(const std::string& name, const Shape& shape);
 };
 
 // Fills every parameter per its ParamInit. Normal parameter k uses the Philox stream

@@ -42,6 +42,9 @@ class Layer {
   void backward(const LayerContext& ctx, const Tensor& dy, const LayerInputs& inputs, Saved& saved,
                 Tensor& dx) const;
 
+  // Each block's Mixer::end_training_iteration, in order.
+  void end_training_iteration(Backend& backend, Communicator* data);
+
   std::size_t num_blocks() const { return blocks_.size(); }
   // Block k's mixer, as its kind (nullptr when it is another kind).
   template <typename Kind>

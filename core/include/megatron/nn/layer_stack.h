@@ -45,6 +45,9 @@ class LayerStack {
   Tensor backward(const LayerContext& ctx, int chunk, Tensor dy, const LayerInputs& inputs,
                   State& state, const StepOptions& options) const;
 
+  // Every held layer's Layer::end_training_iteration, in layer order.
+  void end_training_iteration(Backend& backend, Communicator* data);
+
   const std::vector<LayerRange>& chunks() const { return chunks_; }
   // The parameters of layer `layer` (empty when this rank does not hold it).
   const std::vector<Parameter*>& params_of(std::int64_t layer) const;

@@ -59,6 +59,8 @@ class LayerStackModel : public Model {
   };
 
   ParameterSet& parameters() final { return params_; }
+  ParameterSet* buffers() final { return &buffers_; }
+  void end_training_iteration() final;
   void build(const ModelBuildInfo& info) final;
   StepResult step(const Batch& batch, const StepOptions& options) final;
   ChunkOutput forward_chunk(int chunk, std::int64_t micro_batch, const Batch& batch,
@@ -161,6 +163,7 @@ class LayerStackModel : public Model {
   TensorParallelism tp_;
   ParameterSet params_;
   ParameterSet probe_params_;  // the whole model on the meta device (initialisation order)
+  ParameterSet buffers_;       // the layers' (ParamFactory::declare_buffer)
   LayerStack stack_;
   Norm final_norm_;
   std::optional<RotaryTables> rotary_;

@@ -43,6 +43,8 @@ class MultiStackModel : public Model {
   };
 
   ParameterSet& parameters() final { return params_; }
+  ParameterSet* buffers() final { return &buffers_; }
+  void end_training_iteration() final;
   void build(const ModelBuildInfo& info) final;
   StepResult step(const Batch& batch, const StepOptions& options) final;
   ChunkOutput forward_chunk(int chunk, std::int64_t micro_batch, const Batch& batch,
@@ -138,6 +140,7 @@ class MultiStackModel : public Model {
   std::vector<std::optional<RotaryTables>> rotary_;
   std::int64_t stage_share_ = 0;  // layers per pipeline stage
   ParameterSet params_, probe_params_;
+  ParameterSet buffers_;  // the layers' (ParamFactory::declare_buffer)
   std::map<std::int64_t, Pending> pending_;
   // For the hooks: the pre-process's, each stack's final norm's, the post-process's.
   std::vector<Parameter*> pre_params_, post_params_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "megatron/log.h"
+#include "megatron/model.h"
 #include "megatron/nn/parameter.h"
 #include "megatron/parallel/parallel_state.h"
 
@@ -44,6 +45,12 @@ struct PretrainedReport {
 // checkpoint lacks, a global shape that differs, a checkpoint tensor no pipeline stage holds, a
 // different [model] type. The values loaded before such an error are left in the parameters.
 PretrainedReport load_pretrained(const std::filesystem::path& path, ParameterSet& params,
+                                 ParallelState& parallel, const PretrainedRules& rules,
+                                 Logger& log);
+// The same for a built model: its parameters, and its buffers (Model::buffers) where the
+// checkpoint has them (one saved before a buffer existed leaves it as built, logged as
+// initialised).
+PretrainedReport load_pretrained(const std::filesystem::path& path, Model& model,
                                  ParallelState& parallel, const PretrainedRules& rules,
                                  Logger& log);
 

@@ -3,6 +3,7 @@
 // MoELayer (dropless or with capacity) computes them on one rank.
 #include "megatron/nn/moe/moe_block.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -69,6 +70,10 @@ void MoeBlock::declare(ParamFactory& factory, const std::string& prefix,
   router = Linear::declare(factory, prefix + ".router", h, e, false, config.init_method_std);
   // Replicated over the tensor-parallel ranks, each using it on its sequence shard.
   router.weight->sequence_parallel = tp_.sp();
+  if (moe.expert_bias) {
+    expert_bias = &factory.declare_buffer(prefix + ".router.expert_bias", {e});
+    iteration_tokens_.assign(static_cast<std::size_t>(e), 0.0);
+  }
   const std::int64_t fc1_width = config.swiglu ? 2 * f : f;
   fc1 = &factory.declare_experts(prefix + ".experts.linear_fc1.weight", {e, fc1_width, h},
                                  ParamInit::normal, config.init_method_std, moe.routing.topk);
@@ -89,10 +94,21 @@ void MoeBlock::route_rows(const LayerContext& ctx, const Tensor& x_rows, std::in
   Tensor logits = be.empty({t, e}, x_rows.dtype());
   router.forward(be, x_rows, logits, ctx.compute);
   const std::vector<double> l = to_host(be, logits);
-  run.routing = moe::route(moe.routing, l.data(), t);
+  const std::vector<double> bias =
+      expert_bias ? to_host(be, expert_bias->value) : std::vector<double>{};
+  run.routing = moe::route(moe.routing, l.data(), t, expert_bias ? bias.data() : nullptr);
   if (moe.capacity_factor > 0) {
     moe::drop_over_capacity(run.routing, moe.routing.topk, moe.capacity_factor, moe.drop_policy,
                             moe.pad_to_capacity);
+  }
+  // The expert bias's statistics: the final map's pairs, in a training forward that reports its
+  // losses (a recomputed forward does not: nothing is counted twice).
+  if (expert_bias && ctx.training && ctx.aux_losses) {
+    for (std::int64_t tok = 0; tok < t; ++tok) {
+      for (std::int64_t x_e = 0; x_e < e; ++x_e)
+        iteration_tokens_[static_cast<std::size_t>(x_e)] +=
+            run.routing.map[static_cast<std::size_t>(tok * e + x_e)];
+    }
   }
   // Megatron adds the auxiliary losses in training only; their gradients are of loss_scale x
   // the loss (MoEAuxLossAutoScaler's main_loss_backward_scale).
@@ -132,6 +148,23 @@ void MoeBlock::route_rows(const LayerContext& ctx, const Tensor& x_rows, std::in
     for (const auto& [name, value] : logged)
       ctx.aux_losses->add(name, value);
   }
+}
+
+void MoeBlock::end_training_iteration(Backend& be, Communicator* data) {
+  if (!expert_bias) return;
+  std::vector<double> counts = iteration_tokens_;
+  if (tp_.sp()) counts = tensor_parallel_sum(be, counts);
+  if (data) {
+    Tensor d = on_device(be, counts, DType::f64);
+    data->all_reduce(d.raw_data(), counts.size(), DType::f64, ReduceOp::sum);
+    counts = to_host(be, d);
+  }
+  Tensor host = Tensor::empty(expert_bias->value.shape(), DType::f32);
+  be.copy(expert_bias->value, host);
+  std::vector<float> bias = host.to_vector<float>();
+  moe::update_expert_bias(bias, counts, config_.moe.bias_update_rate);
+  be.copy(Tensor::from(bias, host.shape()), expert_bias->value);
+  std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
 }
 
 std::vector<double> MoeBlock::tensor_parallel_sum(Backend& be,

@@ -17,6 +17,11 @@ void declare_moe_config(config::TableSchema& s) {
       .string("moe_router_score_function", "softmax", "router score function",
               {"softmax", "sigmoid"})
       .boolean("moe_router_pre_softmax", false, "softmax over all experts before the top-k")
+      .boolean("moe_router_enable_expert_bias", false,
+               "aux-loss-free balancing: a per-expert bias on the selection scores, updated "
+               "every iteration from the tokens each expert took")
+      .real("moe_router_bias_update_rate", 1e-3, "step of the expert bias's update",
+            Range::at_least(0))
       .optional_real("moe_router_topk_scaling_factor", "factor on the top-k routing weights",
                      Range::positive())
       .integer("moe_router_num_groups", 0, "expert groups of group-limited routing (0: none)",
@@ -55,6 +60,12 @@ void declare_moe_config(config::TableSchema& s) {
              "group-limited routing needs both moe_router_num_groups (dividing num_experts) and "
              "moe_router_group_topk (at most the groups, dividing moe_router_topk)");
     }
+    if (t.boolean("moe_router_enable_expert_bias") &&
+        t.string("moe_router_score_function") != "sigmoid") {
+      t.fail("moe_router_enable_expert_bias",
+             "the aux-loss-free expert bias needs moe_router_score_function = \"sigmoid\" (as "
+             "Megatron's)");
+    }
     if (t.boolean("moe_pad_expert_input_to_capacity") && !t.has("moe_expert_capacity_factor")) {
       t.fail("moe_pad_expert_input_to_capacity",
              "pads to a capacity, so it needs moe_expert_capacity_factor");
@@ -92,6 +103,8 @@ MoeConfig parse_moe_config(const config::ConfigTable& t, std::int64_t num_layers
   r.score = t.string("moe_router_score_function") == "sigmoid" ? moe::ScoreFunction::sigmoid
                                                                : moe::ScoreFunction::softmax;
   r.pre_softmax = t.boolean("moe_router_pre_softmax");
+  c.expert_bias = t.boolean("moe_router_enable_expert_bias");
+  c.bias_update_rate = t.real("moe_router_bias_update_rate");
   r.scaling_factor = t.find_real("moe_router_topk_scaling_factor").value_or(0.0);
   r.num_groups = t.integer("moe_router_num_groups");
   r.group_topk = t.integer("moe_router_group_topk");

@@ -295,13 +295,15 @@ double z_loss(const double* logits, std::int64_t tokens, std::int64_t experts, d
   return coeff * sum / static_cast<double>(tokens);
 }
 
-void update_expert_bias(std::vector<double>& bias, const std::vector<double>& tokens_per_expert,
+void update_expert_bias(std::vector<float>& bias, const std::vector<double>& tokens_per_expert,
                         double rate) {
+  // The counts are whole numbers, so the mean and the offsets' signs are exact in fp64.
   const double mean = std::accumulate(tokens_per_expert.begin(), tokens_per_expert.end(), 0.0) /
                       static_cast<double>(tokens_per_expert.size());
+  const auto step = static_cast<float>(rate);
   for (std::size_t i = 0; i < bias.size(); ++i) {
     const double offset = mean - tokens_per_expert[i];
-    bias[i] += rate * static_cast<double>((offset > 0) - (offset < 0));
+    bias[i] += step * static_cast<float>((offset > 0) - (offset < 0));
   }
 }
 

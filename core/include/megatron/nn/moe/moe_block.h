@@ -34,11 +34,18 @@ class MoeBlock : public Mixer {
   void backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
                 const LayerInputs& inputs, std::uint64_t first_site, Saved& saved,
                 Tensor& dx) const override;
+  // With moe_router_enable_expert_bias: the iteration's token counts per expert summed over the
+  // tensor- and data-parallel ranks, the bias moved by the update rate towards even loads
+  // (Megatron's _update_router_expert_bias), the counts reset.
+  void end_training_iteration(Backend& backend, Communicator* data) override;
 
   Linear router;
   Parameter* fc1 = nullptr;  // (E, fc1 width, h): [gate; up] per expert with SwiGLU
   Parameter* fc2 = nullptr;  // (E, h, ffn)
   Mlp shared_experts;        // declared when moe.shared_expert_ffn > 0
+  // router.expert_bias (E) f32, a buffer (Model::buffers): shifts the selection scores only.
+  // Declared with moe_router_enable_expert_bias.
+  Parameter* expert_bias = nullptr;
 
  private:
   struct Run;
@@ -50,6 +57,9 @@ class MoeBlock : public Mixer {
   TransformerConfig config_;
   TensorParallelism tp_;  // under sequence parallelism each rank routes its sequence shard
   ExpertParallelism ep_;  // this rank holds experts [rank * E / size, (rank + 1) * E / size)
+  // Tokens this rank routed to each expert in the iteration's training forwards (not in
+  // recomputed or evaluation ones), for the expert bias's update.
+  mutable std::vector<double> iteration_tokens_;
 };
 
 // pre_mlp_layernorm -> mlp (an MoE block): Megatron names the MoE layer's norm so in the local

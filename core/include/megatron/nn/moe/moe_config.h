@@ -20,6 +20,10 @@ struct MoeConfig {
   // Per layer of the stack: 1 where the MLP is an MoE block (moe_layer_freq / moe_layer_pattern).
   std::vector<std::int64_t> layer_pattern;
   moe::RoutingConfig routing;
+  // moe_router_enable_expert_bias: router.expert_bias shifts the selection scores and moves by
+  // bias_update_rate (moe_router_bias_update_rate) every iteration towards even expert loads.
+  bool expert_bias = false;
+  double bias_update_rate = 1e-3;
   LoadBalancing load_balancing = LoadBalancing::aux_loss;
   double aux_loss_coeff = 0;   // moe_aux_loss_coeff; 0: no load-balancing loss
   double z_loss_coeff = 0;     // moe_z_loss_coeff; 0: none

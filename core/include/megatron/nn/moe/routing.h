@@ -74,8 +74,9 @@ double load_balancing_loss(const RoutingConfig& config, const double* logits, st
 // its gradient.
 double z_loss(const double* logits, std::int64_t tokens, std::int64_t experts, double coeff,
               double grad_scale, double* dlogits);
-// get_updated_expert_bias: bias += rate * sign(mean(tokens_per_expert) - tokens_per_expert).
-void update_expert_bias(std::vector<double>& bias, const std::vector<double>& tokens_per_expert,
+// get_updated_expert_bias: bias += rate * sign(mean(tokens_per_expert) - tokens_per_expert), in
+// fp32 as Megatron's buffer.
+void update_expert_bias(std::vector<float>& bias, const std::vector<double>& tokens_per_expert,
                         double rate);
 
 }  // namespace megatron::nn::moe
