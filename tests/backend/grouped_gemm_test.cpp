@@ -1,7 +1,7 @@
 // Grouped GEMM conformance (Mixture of Experts): uneven row groups, empty groups, the experts'
 // weights stored (G, K, N) or transposed, alpha/beta, the weight-gradient form (a_g^T @ b_g into
-// (G, K, N)), bf16 inputs, one group equal bit for bit to a plain gemm, and argument errors;
-// against an fp64 loop over the groups.
+// (G, K, N)), bf16 and f64 inputs, one group equal bit for bit to a plain gemm, and argument
+// errors; against an fp64 loop over the groups.
 #include <string>
 #include <vector>
 
@@ -110,6 +110,24 @@ TEST_P(GroupedGemm, Bf16InputsAccumulateInF32) {
   // bf16 inputs are exact in f64; only the f32 accumulation rounds.
   EXPECT_TRUE(
       all_close(download(c), reference_rows(a, b, true, c0, 1.0, 0.0), tolerance_for(DType::f32)));
+}
+
+// f64 (the gradient checks' dtype; the CUDA backend's grouped cuBLAS call takes it whole).
+TEST_P(GroupedGemm, F64RowGroupsAndWeightGradients) {
+  const auto g = static_cast<std::int64_t>(kGroups.size());
+  const Tensor a = random_tensor({kM, kK}, DType::f64, 12);
+  const Tensor b = random_tensor({g, kN, kK}, DType::f64, 13);
+  const Tensor c0 = random_tensor({kM, kN}, DType::f64, 14);
+  Tensor c = upload(c0);
+  be().grouped_gemm(upload(a), false, upload(b), true, kGroups, c, 0.5f, 2.0f);
+  EXPECT_TRUE(
+      all_close(download(c), reference_rows(a, b, true, c0, 0.5, 2.0), tolerance_for(DType::f64)));
+  const Tensor dy = random_tensor({kM, kN}, DType::f64, 15);
+  const Tensor w0 = random_tensor({g, kK, kN}, DType::f64, 16);
+  Tensor w = upload(w0);
+  be().grouped_gemm(upload(a), true, upload(dy), false, kGroups, w, 1.0f, 1.0f);
+  EXPECT_TRUE(
+      all_close(download(w), reference_weights(a, dy, w0, 1.0, 1.0), tolerance_for(DType::f64)));
 }
 
 TEST_P(GroupedGemm, OneGroupIsThePlainGemmBitForBit) {

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 
+#include "backend/grouped_gemm_checks.h"
 #include "megatron/backend/backend.h"
 #include "megatron/error.h"
 
@@ -22,9 +23,10 @@ std::string groups_str(const std::vector<std::int64_t>& group_rows) {
   return s + "]";
 }
 
-// The checks of the operands' shapes against the groups (dtypes are gemm's to check).
-void check_shapes(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-                  const std::vector<std::int64_t>& group_rows, const Tensor& c) {
+}  // namespace
+
+void check_grouped_gemm_shapes(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                               const std::vector<std::int64_t>& group_rows, const Tensor& c) {
   const auto groups = static_cast<std::int64_t>(group_rows.size());
   if (groups == 0) refuse("no groups");
   for (std::int64_t rows : group_rows) {
@@ -44,12 +46,10 @@ void check_shapes(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   if (trans_a && trans_b) refuse("trans_b with trans_a (the weight gradient) is not supported");
 }
 
-}  // namespace
-
 void Backend::grouped_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                            const std::vector<std::int64_t>& group_rows, Tensor& c, float alpha,
                            float beta) {
-  check_shapes(a, trans_a, b, trans_b, group_rows, c);
+  check_grouped_gemm_shapes(a, trans_a, b, trans_b, group_rows, c);
   std::int64_t first = 0;
   for (std::size_t g = 0; g < group_rows.size(); ++g) {
     const std::int64_t rows = group_rows[g];

@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "megatron/backend/backend.h"
 
@@ -37,6 +39,12 @@ class CudaEvent {
 struct GemmState;
 struct GemmStateDeleter {
   void operator()(GemmState* state) const;  // gemm.cu
+};
+
+// cuBLAS state for grouped_gemm.cu: the handle of its grouped GEMM.
+struct GroupedGemmState;
+struct GroupedGemmStateDeleter {
+  void operator()(GroupedGemmState* state) const;  // grouped_gemm.cu
 };
 
 class CudaBackend final : public Backend {
@@ -76,6 +84,11 @@ class CudaBackend final : public Backend {
   // gemm.cu
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
             float beta) override;
+
+  // grouped_gemm.cu
+  void grouped_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                    const std::vector<std::int64_t>& group_rows, Tensor& c, float alpha,
+                    float beta) override;
 
   // elementwise.cu
   void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) override;
@@ -172,7 +185,8 @@ class CudaBackend final : public Backend {
   int ordinal_;
   cudaStream_t stream_ = nullptr;
   bool allow_tf32_ = false;
-  std::unique_ptr<GemmState, GemmStateDeleter> gemm_;  // created on the first gemm
+  std::unique_ptr<GemmState, GemmStateDeleter> gemm_;                   // created on the first gemm
+  std::unique_ptr<GroupedGemmState, GroupedGemmStateDeleter> grouped_;  // on the first grouped
 };
 
 }  // namespace megatron::cuda
