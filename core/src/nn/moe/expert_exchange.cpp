@@ -3,6 +3,7 @@
 
 #include <numeric>
 
+#include "host_transfer.h"
 #include "megatron/error.h"
 
 namespace megatron::nn::moe {
@@ -13,21 +14,6 @@ std::vector<std::size_t> element_counts(const std::vector<std::int64_t>& rows, s
   std::vector<std::size_t> out;
   for (const std::int64_t r : rows)
     out.push_back(static_cast<std::size_t>(r * h));
-  return out;
-}
-
-// A host vector as a tensor on the backend's device (communicators take device buffers).
-Tensor on_device(Backend& be, const std::vector<std::int64_t>& values) {
-  const Tensor host = Tensor::from(values, {static_cast<std::int64_t>(values.size())});
-  Tensor out = be.empty(host.shape(), DType::i64);
-  be.copy(host, out);
-  return out;
-}
-
-Tensor i32_on_device(Backend& be, const std::vector<std::int32_t>& values) {
-  const Tensor host = Tensor::from(values, {static_cast<std::int64_t>(values.size())});
-  Tensor out = be.empty(host.shape(), DType::i32);
-  be.copy(host, out);
   return out;
 }
 
@@ -45,7 +31,7 @@ ExpertExchange::ExpertExchange(Backend& be, const ExpertParallelism& ep,
     return;
   }
   // counts[src][e]: rows source rank src sends to this rank's local expert e.
-  const Tensor mine = on_device(be, rows_per_expert);
+  const Tensor mine = on_device(be, rows_per_expert, DType::i64);
   Tensor theirs = be.empty({experts}, DType::i64);
   ep.comm->all_to_all(mine.raw_data(), theirs.raw_data(), static_cast<std::size_t>(local),
                       DType::i64);
@@ -84,8 +70,8 @@ ExpertExchange::ExpertExchange(Backend& be, const ExpertParallelism& ep,
       }
     }
   }
-  sort_ = i32_on_device(be, sort);
-  unsort_ = i32_on_device(be, unsort);
+  sort_ = on_device(be, sort, DType::i32);
+  unsort_ = on_device(be, unsort, DType::i32);
 }
 
 Tensor ExpertExchange::exchange(Backend& be, const Tensor& rows,

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "host_transfer.h"
 #include "megatron/error.h"
 #include "megatron/nn/mixed_gemm.h"
 #include "megatron/nn/moe/routing.h"
@@ -14,25 +15,8 @@
 
 namespace megatron::nn {
 
-namespace {
-
-// A host vector as a tensor of `dtype` on the backend's device.
-template <typename T>
-Tensor on_device(Backend& be, const std::vector<T>& values, DType dtype) {
-  const Tensor host = Tensor::from(values, {static_cast<std::int64_t>(values.size())});
-  Tensor out = be.empty(host.shape(), dtype);
-  be.copy(host.dtype() == dtype ? host : host.to(dtype), out);
-  return out;
-}
-
-// A device tensor's elements in f64 on the host.
-std::vector<double> to_host(Backend& be, const Tensor& t) {
-  Tensor host = Tensor::empty(t.shape(), t.dtype());
-  be.copy(t, host);
-  return host.to_vector<double>();
-}
-
-}  // namespace
+using moe::on_device;
+using moe::to_host;
 
 // What one micro-batch's forward keeps for backward.
 struct MoeBlock::Run : Mixer::Saved {

@@ -5,24 +5,11 @@
 #include <utility>
 
 #include "expert_exchange.h"
+#include "host_transfer.h"
 
 namespace megatron::nn::moe {
 
 namespace {
-
-template <typename T>
-Tensor on_device(Backend& be, const std::vector<T>& values, DType dtype) {
-  const Tensor host = Tensor::from(values, {static_cast<std::int64_t>(values.size())});
-  Tensor out = be.empty(host.shape(), dtype);
-  be.copy(host.dtype() == dtype ? host : host.to(dtype), out);
-  return out;
-}
-
-std::vector<double> to_host(Backend& be, const Tensor& t) {
-  Tensor host = Tensor::empty(t.shape(), t.dtype());
-  be.copy(t, host);
-  return host.to_vector<double>();
-}
 
 // The experts' rows in some order: each row's source token (an index into the rows the
 // dispatcher permutes), its expert (in the routing's columns) and its routing weight.
