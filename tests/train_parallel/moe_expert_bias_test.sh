@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The aux-loss-free expert bias across layouts: a tiny MoE GPT routing by sigmoid with
 # moe_router_enable_expert_bias, at TP2 + SP x EP2 (so DP2: the iteration's token counts are
-# summed over the tensor- and data-parallel ranks), equals its one-rank run for iterations 1-10
+# summed over the tensor- and data-parallel ranks) with the allgather dispatcher (the plain
+# TP2 + SP x EP2 layout test runs alltoall), equals its one-rank run for iterations 1-10
 # (losses, and the checkpoint of iteration 10 with every router.expert_bias), and that checkpoint
 # resumes on one rank with the uninterrupted run's losses and final state for iterations 11-20.
 #   moe_expert_bias_test.sh MEGATRON_APP MPIEXEC WORK_DIR BASELINE_WORK_DIR [--set key=value ...]
@@ -11,7 +12,7 @@ baseline=$1
 shift
 first_ten "$baseline" 4 first "$work/tp2_sp_ep2" "$@" --set parallel.tensor_model_parallel_size=2 \
   --set parallel.sequence_parallel=true --set parallel.expert_model_parallel_size=2 \
-  --set parallel.expert_tensor_parallel_size=1 --set model.moe_token_dispatcher_type=\"alltoall\"
+  --set parallel.expert_tensor_parallel_size=1
 "$app" inspect "$work/tp2_sp_ep2" > "$work/inspect.txt"
 grep -q "decoder.layers.0.mlp.router.expert_bias" "$work/inspect.txt"
 
