@@ -1,0 +1,120 @@
+// Retro's chunked cross-attention: the chunk layout as row gathers around Megatron's
+// CrossAttention, and the adjoint scatters in backward.
+#include "chunked_cross_attention.h"
+
+#include "megatron/error.h"
+
+namespace megatron::retro {
+
+namespace {
+
+Tensor ids_on(Backend& be, const std::vector<std::int32_t>& ids) {
+  const Tensor host = Tensor::from(ids, {static_cast<std::int64_t>(ids.size())});
+  Tensor out = be.empty(host.shape(), DType::i32);
+  be.copy(host, out);
+  return out;
+}
+
+}  // namespace
+
+struct ChunkedCrossAttention::Run : nn::Mixer::Saved {
+  Layout layout;
+  Tensor queries;  // (m, B * l, h): the attention's x
+  nn::CrossAttention::Saved attention;
+};
+
+void ChunkedCrossAttention::declare(nn::ParamFactory& factory, const std::string& prefix,
+                                    const nn::TransformerConfig& config) {
+  if (factory.tp.sp()) {
+    throw ConfigError(
+        "[parallel] sequence_parallel: Retro's chunked cross-attention (" + prefix +
+        ") under sequence parallelism is not available yet; set sequence_parallel = false");
+  }
+  attention.declare(factory, prefix, config);
+}
+
+ChunkedCrossAttention::Layout ChunkedCrossAttention::layout(Backend& be, std::int64_t seq,
+                                                            std::int64_t batch) const {
+  const std::int64_t m = shape_.chunk_length;
+  Layout out;
+  out.chunks = (seq + m - 1) / m;
+  out.pad = (seq - 1) % m;
+  const std::int64_t l = out.chunks, columns = batch * l;
+  std::vector<std::int32_t> query(static_cast<std::size_t>(m * columns));
+  std::vector<std::int32_t> output(static_cast<std::size_t>(seq * batch));
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t c = 0; c < l; ++c) {
+        const std::int64_t s = out.pad + c * m + i;
+        query[static_cast<std::size_t>(i * columns + b * l + c)] =
+            static_cast<std::int32_t>(s < seq ? s * batch + b : seq * batch);
+      }
+    }
+  }
+  for (std::int64_t s = 0; s < seq; ++s) {
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t from = s - out.pad;
+      output[static_cast<std::size_t>(s * batch + b)] = static_cast<std::int32_t>(
+          from < 0 ? m * columns : (from % m) * columns + b * l + from / m);
+    }
+  }
+  out.query_rows = ids_on(be, query);
+  out.output_rows = ids_on(be, output);
+  return out;
+}
+
+std::unique_ptr<nn::Mixer::Saved> ChunkedCrossAttention::forward(const nn::LayerContext& ctx,
+                                                                 const Tensor& x,
+                                                                 const nn::LayerInputs& inputs,
+                                                                 std::uint64_t first_site,
+                                                                 Tensor& y) const {
+  Backend& be = ctx.backend;
+  const Tensor& memory = inputs.require(kEncoderOutput, "Retro's chunked cross-attention");
+  const std::int64_t seq = x.size(0), batch = x.size(1), h = x.size(2);
+  auto run = std::make_unique<Run>();
+  run->layout = layout(be, seq, batch);
+  const std::int64_t columns = batch * run->layout.chunks, m = shape_.chunk_length;
+  if (memory.dim() != 3 || memory.size(0) != shape_.retrieved_length * shape_.num_neighbors ||
+      memory.size(1) != columns) {
+    throw Error("Retro's chunked cross-attention: the encoder output is " +
+                shape_str(memory.shape()) + ", expected (" +
+                std::to_string(shape_.retrieved_length * shape_.num_neighbors) + ", " +
+                std::to_string(columns) + ", " + std::to_string(h) + ") for " +
+                std::to_string(batch) + " samples of " + std::to_string(seq) + " tokens");
+  }
+  run->queries = be.empty({m, columns, h}, x.dtype());
+  Tensor query_rows = nn::rows_of(run->queries);
+  be.embedding_forward(run->layout.query_rows, nn::rows_of(x), 0, query_rows);
+  Tensor out = be.empty(run->queries.shape(), x.dtype());
+  attention.forward(ctx, run->queries, memory, inputs, first_site, out, run->attention);
+  Tensor y_rows = nn::rows_of(y);
+  be.embedding_forward(run->layout.output_rows, nn::rows_of(out), 0, y_rows);
+  return run;
+}
+
+void ChunkedCrossAttention::backward(const nn::LayerContext& ctx, const Tensor& x, const Tensor& dy,
+                                     const nn::LayerInputs& inputs, std::uint64_t first_site,
+                                     Saved& saved, Tensor& dx) const {
+  Backend& be = ctx.backend;
+  Run& run = static_cast<Run&>(saved);
+  const Tensor& memory = inputs.require(kEncoderOutput, "Retro's chunked cross-attention");
+  Tensor dmemory = inputs.gradient(kEncoderOutput, "Retro's chunked cross-attention backward");
+  // Each attention output row went to at most one position: the scatter is its gradient.
+  Tensor dout = be.empty(run.queries.shape(), x.dtype());
+  Tensor dout_rows = nn::rows_of(dout);
+  be.embedding_backward(run.layout.output_rows, nn::rows_of(dy), 0, dout_rows, false);
+  Tensor dqueries = be.empty(run.queries.shape(), x.dtype());
+  attention.backward(ctx, run.queries, memory, dout, inputs, first_site, run.attention, dqueries,
+                     dmemory);
+  Tensor dx_rows = nn::rows_of(dx);
+  be.embedding_backward(run.layout.query_rows, nn::rows_of(dqueries), 0, dx_rows, false);
+}
+
+nn::BlockSpec chunked_cross_attention_block(ChunkShape shape) {
+  return {"cross_attention",
+          {"pre_cross_attn_layernorm", false},
+          [shape] { return std::make_unique<ChunkedCrossAttention>(shape); },
+          {}};
+}
+
+}  // namespace megatron::retro

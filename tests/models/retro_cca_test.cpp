@@ -1,0 +1,177 @@
+// Retro's chunked cross-attention block in fp64: each chunk of the shifted sequence (from
+// pad = (S - 1) % m, the last chunk zero-padded) is Megatron's CrossAttention of those tokens
+// over its own column of the encoder output, written back to the positions it came from, with
+// nothing before pad; the gradients of every parameter, of x and of the (accumulated) encoder
+// output against central differences; a wrongly shaped encoder output refused.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "chunked_cross_attention.h"
+#include "common/model_checks.h"
+#include "megatron/error.h"
+
+namespace megatron {
+namespace {
+
+constexpr std::int64_t kB = 2, kH = 8, kHeads = 2, kHn = 3, kM = 3, kK = 2, kR = 2;
+
+Backend& cpu() {
+  return backend_for(Device::cpu());
+}
+using test::random_tensor;
+
+nn::TransformerConfig config() {
+  nn::TransformerConfig c;
+  c.num_layers = 1;
+  c.hidden_size = kH;
+  c.num_attention_heads = kHeads;
+  c.num_query_groups = kHeads;
+  c.kv_channels = kHn;
+  c.ffn_hidden_size = 12;
+  c.attention_dropout = 0.25f;
+  c.init_method_std = 0.4f;
+  return c;
+}
+
+struct Fixture {
+  ParameterSet params;
+  retro::ChunkedCrossAttention cca{{kM, kK, kR}};
+  explicit Fixture() {
+    nn::ParamFactory f{params, Device::cpu(), DType::f64};
+    cca.declare(f, "decoder.layers.5.cross_attention", config());
+    unsigned seed = 100;
+    for (auto& p : params)
+      cpu().copy(random_tensor(p->value.shape(), seed++, 0.4), p->value);
+  }
+  Tensor forward(const nn::LayerContext& ctx, const Tensor& x, const Tensor& memory,
+                 std::unique_ptr<nn::Mixer::Saved>* keep = nullptr) {
+    nn::LayerInputs inputs;
+    inputs.set(retro::kEncoderOutput, memory);
+    Tensor y = Tensor::empty(x.shape(), DType::f64);
+    auto saved = cca.forward(ctx, x, inputs, 4, y);
+    if (keep) *keep = std::move(saved);
+    return y;
+  }
+};
+
+double at(const Tensor& t, std::int64_t s, std::int64_t b, std::int64_t e) {
+  return t.data<double>()[(s * t.size(1) + b) * t.size(2) + e];
+}
+
+TEST(RetroChunkedCrossAttention, ParametersAreMegatronsCrossAttention) {
+  Fixture f;
+  std::vector<std::string> names;
+  for (auto& p : f.params)
+    names.push_back(p->name);
+  const std::string a = "decoder.layers.5.cross_attention.";
+  EXPECT_EQ(names, (std::vector<std::string>{a + "linear_q.weight", a + "linear_q.bias",
+                                             a + "linear_kv.weight", a + "linear_kv.bias",
+                                             a + "linear_proj.weight", a + "linear_proj.bias"}));
+}
+
+// For S = 8 (pad 1, the last chunk one token short) and S = 6 (pad 2 = m - 1): chunk c of sample
+// b holds tokens pad + c m .. pad + c m + m - 1 and is the plain cross-attention of those tokens
+// over encoder column b l + c; positions before pad get zero.
+TEST(RetroChunkedCrossAttention, EachChunkIsCrossAttentionOfItsShiftedTokens) {
+  for (const std::int64_t seq : {8, 6}) {
+    Fixture f;
+    const std::int64_t l = (seq + kM - 1) / kM, pad = (seq - 1) % kM;
+    const Tensor x = random_tensor({seq, kB, kH}, 1);
+    const Tensor memory = random_tensor({kR * kK, kB * l, kH}, 2);
+    const nn::LayerContext eval{cpu(), false};
+    const Tensor y = f.forward(eval, x, memory);
+    for (std::int64_t b = 0; b < kB; ++b) {
+      for (std::int64_t s = 0; s < pad; ++s)
+        for (std::int64_t e = 0; e < kH; ++e)
+          EXPECT_EQ(at(y, s, b, e), 0.0) << "seq " << seq << " position " << s;
+      for (std::int64_t c = 0; c < l; ++c) {
+        Tensor q = Tensor::zeros({kM, 1, kH}, DType::f64);
+        Tensor mem = Tensor::empty({kR * kK, 1, kH}, DType::f64);
+        for (std::int64_t i = 0; i < kM; ++i)
+          for (std::int64_t e = 0; e < kH; ++e)
+            if (pad + c * kM + i < seq)
+              q.data<double>()[i * kH + e] = at(x, pad + c * kM + i, b, e);
+        for (std::int64_t j = 0; j < kR * kK; ++j)
+          for (std::int64_t e = 0; e < kH; ++e)
+            mem.data<double>()[j * kH + e] = at(memory, j, b * l + c, e);
+        Tensor want = Tensor::empty({kM, 1, kH}, DType::f64);
+        nn::CrossAttention::Saved saved;
+        f.cca.attention.forward(eval, q, mem, {}, 4, want, saved);
+        for (std::int64_t i = 0; i < kM && pad + c * kM + i < seq; ++i)
+          for (std::int64_t e = 0; e < kH; ++e)
+            EXPECT_NEAR(at(y, pad + c * kM + i, b, e), want.data<double>()[i * kH + e], 1e-13)
+                << "seq " << seq << " sample " << b << " chunk " << c << " row " << i;
+      }
+    }
+  }
+}
+
+// With attention dropout on (a fixed mask): every parameter, dx (zero before pad), and the
+// encoder output's gradient added to what the accumulator held.
+TEST(RetroChunkedCrossAttention, GradientsMatchFiniteDifferences) {
+  constexpr std::int64_t kSeq = 8, kL = 3;
+  Fixture f;
+  const nn::LayerContext ctx{cpu(), true, 7, 1};
+  Tensor x = random_tensor({kSeq, kB, kH}, 1), memory = random_tensor({kR * kK, kB * kL, kH}, 2);
+  const Tensor w = random_tensor({kSeq, kB, kH}, 3);
+  const auto objective = [&] {
+    const std::vector<double> y = f.forward(ctx, x, memory).to_vector<double>();
+    const std::vector<double> wv = w.to_vector<double>();
+    double s = 0;
+    for (std::size_t i = 0; i < y.size(); ++i)
+      s += y[i] * wv[i];
+    return s;
+  };
+  std::unique_ptr<nn::Mixer::Saved> saved;
+  f.forward(ctx, x, memory, &saved);
+  nn::LayerInputs inputs;
+  inputs.set(retro::kEncoderOutput, memory);
+  const Tensor held = random_tensor(memory.shape(), 9);
+  Tensor dmemory = random_tensor(memory.shape(), 9);
+  inputs.collect_gradient(retro::kEncoderOutput, dmemory);
+  Tensor dx = Tensor::empty(x.shape(), DType::f64);
+  f.cca.backward(ctx, x, w, inputs, 4, *saved, dx);
+
+  test::expect_gradients_match_finite_differences(f.params, objective);
+  const double h = 1e-6;
+  auto check = [&](Tensor& t, const std::function<double(std::int64_t)>& grad, const char* what) {
+    for (std::int64_t i = 0; i < t.numel(); i += 2) {
+      double& v = t.data<double>()[i];
+      const double keep = v;
+      v = keep + h;
+      const double plus = objective();
+      v = keep - h;
+      const double minus = objective();
+      v = keep;
+      const double want = (plus - minus) / (2 * h);
+      EXPECT_NEAR(grad(i), want, 1e-7 + 1e-6 * std::abs(want)) << what << " " << i;
+    }
+  };
+  check(
+      x, [&](std::int64_t i) { return dx.data<double>()[i]; }, "dx");
+  check(
+      memory, [&](std::int64_t i) { return dmemory.data<double>()[i] - held.data<double>()[i]; },
+      "dmemory");
+  for (std::int64_t b = 0; b < kB; ++b)  // position 0 (before pad 1) reaches nothing
+    for (std::int64_t e = 0; e < kH; ++e)
+      EXPECT_EQ(at(dx, 0, b, e), 0.0);
+}
+
+TEST(RetroChunkedCrossAttention, RefusesAnEncoderOutputOfAnotherShape) {
+  Fixture f;
+  const Tensor x = random_tensor({8, kB, kH}, 1);
+  try {
+    f.forward(nn::LayerContext{cpu(), false}, x, random_tensor({kR * kK, kB * 2, kH}, 2));
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "Retro's chunked cross-attention: the encoder output is [4, 4, 8], expected (4, 6, "
+              "8) for 2 samples of 8 tokens");
+  }
+}
+
+}  // namespace
+}  // namespace megatron
