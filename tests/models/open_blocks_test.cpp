@@ -4,6 +4,7 @@
 // differences; a missing gradient accumulator refused before any backward work.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -85,10 +86,12 @@ nn::TransformerConfig config() {
   return c;
 }
 
-// The test's kind, named "gated" behind a norm of its own name, then the core's MLP block.
-nn::LayerSpec spec() {
+// The test's kind, named "gated" behind a norm of its own name, then the core's MLP block; with
+// `residual_from_norm` the gated block adds its output to its normed input.
+nn::LayerSpec spec(bool residual_from_norm = false) {
   nn::BlockSpec gated{
       "gated", {"gated_norm", false}, [] { return std::make_unique<GatedLinear>(); }, {}};
+  gated.residual_from_norm = residual_from_norm;
   return {{gated, nn::mlp_block()}};
 }
 
@@ -100,9 +103,9 @@ struct Fixture {
   nn::LayerInputs inputs;
   const nn::LayerContext ctx{cpu(), true, 7, 1};
 
-  Fixture() {
+  explicit Fixture(bool residual_from_norm = false) {
     nn::ParamFactory f{params, Device::cpu(), DType::f64};
-    layer.declare(f, "decoder.layers.0", config(), spec(), 10);
+    layer.declare(f, "decoder.layers.0", config(), spec(residual_from_norm), 10);
     nn::initialize_parameters(cpu(), params, 11);
     unsigned seed = 100;
     for (auto& p : params)
@@ -136,8 +139,8 @@ TEST(OpenBlocks, ParametersInBlockOrderAndSitesNumberedPerBlock) {
   EXPECT_EQ(f.layer.mixer<nn::SelfAttentionBlock>(1), nullptr);
 }
 
-TEST(OpenBlocks, GradientsOfParametersInputAndNamedInputMatchFiniteDifferences) {
-  Fixture f;
+void check_gradients(bool residual_from_norm) {
+  Fixture f(residual_from_norm);
   const Tensor w = random_tensor({kS, kB, kH}, 3);
   const auto objective = [&] {
     nn::Layer::Saved unused;
@@ -194,6 +197,59 @@ TEST(OpenBlocks, GradientsOfParametersInputAndNamedInputMatchFiniteDifferences) 
   expect_input_gradient(f.gate, dgate, "dgate");
 }
 
+TEST(OpenBlocks, GradientsOfParametersInputAndNamedInputMatchFiniteDifferences) {
+  check_gradients(false);
+}
+
+// A block whose residual is its normed input (Retro's encoder cross-attention): without dropout
+// the layer's output moves by exactly Norm(x) - x against the pre-norm residual, and every
+// gradient still matches finite differences.
+TEST(OpenBlocks, ResidualFromTheNormedInput) {
+  Fixture plain(false);
+  const nn::LayerContext eval{cpu(), false};
+  nn::Layer::Saved unused;
+  Tensor a = Tensor::empty(plain.x.shape(), DType::f64);
+  Tensor b = Tensor::empty(plain.x.shape(), DType::f64);
+  // Only the gated block: its norm's output from a layer whose blocks are norm -> identity.
+  nn::Layer first_plain, first_norm;
+  {
+    ParameterSet p1, p2;
+    nn::ParamFactory f1{p1, Device::cpu(), DType::f64}, f2{p2, Device::cpu(), DType::f64};
+    const nn::LayerSpec s1{{spec(false).blocks[0]}}, s2{{spec(true).blocks[0]}};
+    first_plain.declare(f1, "decoder.layers.0", config(), s1, 10);
+    first_norm.declare(f2, "decoder.layers.0", config(), s2, 10);
+    unsigned seed = 100;
+    for (std::size_t k = 0; k < p1.size(); ++k, ++seed) {
+      cpu().copy(random_tensor(p1[k].value.shape(), seed, 0.4), p1[k].value);
+      cpu().copy(random_tensor(p2[k].value.shape(), seed, 0.4), p2[k].value);
+    }
+    first_plain.forward(eval, plain.x, plain.inputs, a, unused, false);
+    first_norm.forward(eval, plain.x, plain.inputs, b, unused, false);
+    // Norm(x): the norm's weights and biases are the block's first two parameters.
+    const std::vector<double> x = plain.x.to_vector<double>();
+    const std::vector<double> w = p1[0].value.to_vector<double>(),
+                              beta = p1[1].value.to_vector<double>();
+    for (std::int64_t row = 0; row < kS * kB; ++row) {
+      double mean = 0, var = 0;
+      for (std::int64_t e = 0; e < kH; ++e)
+        mean += x[static_cast<std::size_t>(row * kH + e)] / kH;
+      for (std::int64_t e = 0; e < kH; ++e) {
+        const double d = x[static_cast<std::size_t>(row * kH + e)] - mean;
+        var += d * d / kH;
+      }
+      for (std::int64_t e = 0; e < kH; ++e) {
+        const auto i = static_cast<std::size_t>(row * kH + e);
+        const double normed = (x[i] - mean) /
+                                  std::sqrt(var + static_cast<double>(config().norm_epsilon)) *
+                                  w[static_cast<std::size_t>(e)] +
+                              beta[static_cast<std::size_t>(e)];
+        EXPECT_NEAR(b.data<double>()[i] - a.data<double>()[i], normed - x[i], 1e-12) << i;
+      }
+    }
+  }
+  check_gradients(true);
+}
+
 TEST(OpenBlocks, BadSpecsAreRefused) {
   ParameterSet params;
   nn::ParamFactory f{params, Device::cpu(), DType::f64};
@@ -205,6 +261,16 @@ TEST(OpenBlocks, BadSpecsAreRefused) {
     ADD_FAILURE() << "a block without a mixer factory was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "layer decoder.layers.0: block 'odd' has no mixer to make");
+  }
+  nn::BlockSpec normless{"gated", {}, [] { return std::make_unique<GatedLinear>(); }, {}};
+  normless.residual_from_norm = true;
+  try {
+    layer.declare(f, "decoder.layers.0", config(), nn::LayerSpec{{normless}}, 0);
+    ADD_FAILURE() << "a residual from a missing norm was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "layer decoder.layers.0: block 'gated' takes its residual from its norm but has no "
+              "norm");
   }
 }
 

@@ -58,6 +58,11 @@ void Layer::declare(ParamFactory& factory, const std::string& prefix,
                                  : Norm::declare(factory, name, config.hidden_size,
                                                  config.normalization, config.norm_epsilon);
     }
+    if (bs.residual_from_norm && !block.has_norm) {
+      throw Error("layer " + prefix + ": block '" + bs.name +
+                  "' takes its residual from its norm but has no norm");
+    }
+    block.residual_from_norm = bs.residual_from_norm;
     block.mixer = make_mixer(bs, prefix);
     block.mixer->declare(factory, bs.name.empty() ? prefix : prefix + "." + bs.name, config);
     block.first_site = first_dropout_site + firsts[k];
@@ -88,7 +93,7 @@ void Layer::forward_block(const LayerContext& ctx, const Block& block, const Ten
   if (p > 0) {
     be.dropout_forward(out, p, ctx.seed, hidden_offset(ctx, block.hidden_site, out.numel()), out);
   }
-  be.add(x, out, y);
+  be.add(block.residual_from_norm ? s.normed : x, out, y);
 }
 
 void Layer::forward(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs, Tensor& y,
@@ -112,7 +117,7 @@ void Layer::backward_block(const LayerContext& ctx, const Block& block, const Te
   Backend& be = ctx.backend;
   const std::int64_t h = dy.size(2), rows = dy.size(0) * dy.size(1);
   const float p = ctx.training ? hidden_dropout_ : 0.0f;
-  // y = x + dropout(mixer(norm(x)))
+  // y = x + dropout(mixer(norm(x))), or norm(x) + dropout(mixer(norm(x)))
   Tensor dout = be.empty(dy.shape(), dy.dtype());
   if (p > 0) {
     be.dropout_backward(dy, p, ctx.seed, hidden_offset(ctx, block.hidden_site, dout.numel()), dout);
@@ -122,9 +127,10 @@ void Layer::backward_block(const LayerContext& ctx, const Block& block, const Te
   Tensor dnormed = be.empty(dy.shape(), dy.dtype());
   block.mixer->backward(ctx, s.normed, dout, inputs, block.first_site, *s.mixer, dnormed);
   if (block.has_norm) {
+    if (block.residual_from_norm) be.add(dnormed, dy, dnormed);
     Tensor dx_rows = dx.view({rows, h});
     block.norm.backward(be, dnormed.view({rows, h}), s.x.view({rows, h}), s.norm, dx_rows);
-    be.add(dx, dy, dx);
+    if (!block.residual_from_norm) be.add(dx, dy, dx);
   } else {
     be.add(dnormed, dy, dx);
   }

@@ -85,6 +85,10 @@ struct BlockSpec {
   // (the mixer's own sites, then the block's hidden dropout). Set by specs that keep an older
   // numbering, so the same masks are drawn as before.
   std::optional<std::uint64_t> first_site;
+  // The residual the block's dropped-out output is added to: its input x (false: Megatron's
+  // pre-norm bias-dropout-add), or its normed input (true: Norm(x) + Dropout(Mixer(Norm(x))), as
+  // Retro's encoder cross-attention, RetroEncoderBiasDropoutAdd). Needs a norm.
+  bool residual_from_norm = false;
 };
 
 // The blocks of one layer, in order.

@@ -56,6 +56,7 @@ class Layer {
   struct Block {
     Norm norm;
     bool has_norm = false;
+    bool residual_from_norm = false;  // BlockSpec::residual_from_norm
     std::unique_ptr<Mixer> mixer;
     std::uint64_t first_site = 0;  // the mixer's sites, then the hidden dropout's
     std::uint64_t hidden_site = 0;
