@@ -1,8 +1,10 @@
-// Retro's chunked cross-attention block in fp64: each chunk of the shifted sequence (from
+// Retro's blocks in fp64. Chunked cross-attention: each chunk of the shifted sequence (from
 // pad = (S - 1) % m, the last chunk zero-padded) is Megatron's CrossAttention of those tokens
 // over its own column of the encoder output, written back to the positions it came from, with
-// nothing before pad; the gradients of every parameter, of x and of the (accumulated) encoder
-// output against central differences; a wrongly shaped encoder output refused.
+// nothing before pad. Encoder cross-attention: each neighbour column (b l + c) k + j is the
+// CrossAttention of its tokens over chunk b l + c of the context. For both, the gradients of
+// every parameter, of x and of the (accumulated) named input against central differences, and a
+// wrongly shaped input refused.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -11,6 +13,7 @@
 
 #include "chunked_cross_attention.h"
 #include "common/model_checks.h"
+#include "encoder_cross_attention.h"
 #include "megatron/error.h"
 
 namespace megatron {
@@ -43,8 +46,10 @@ struct Fixture {
     nn::ParamFactory f{params, Device::cpu(), DType::f64};
     cca.declare(f, "decoder.layers.5.cross_attention", config());
     unsigned seed = 100;
-    for (auto& p : params)
+    for (auto& p : params) {
       cpu().copy(random_tensor(p->value.shape(), seed++, 0.4), p->value);
+      cpu().fill(p->grad, 0.0);
+    }
   }
   Tensor forward(const nn::LayerContext& ctx, const Tensor& x, const Tensor& memory,
                  std::unique_ptr<nn::Mixer::Saved>* keep = nullptr) {
@@ -170,6 +175,119 @@ TEST(RetroChunkedCrossAttention, RefusesAnEncoderOutputOfAnotherShape) {
     EXPECT_EQ(std::string(e.what()),
               "Retro's chunked cross-attention: the encoder output is [4, 4, 8], expected (4, 6, "
               "8) for 2 samples of 8 tokens");
+  }
+}
+
+// ---- encoder cross-attention ---------------------------------------------------------------
+constexpr std::int64_t kChunks = 3;  // B l: the chunks of the batch, columns of the context
+
+struct EncoderFixture {
+  ParameterSet params;
+  retro::EncoderCrossAttention eca{kK};
+  EncoderFixture() {
+    nn::ParamFactory f{params, Device::cpu(), DType::f64};
+    eca.declare(f, "decoder.layers.5.cross_attention.encoder.layers.0.cross_attention", config());
+    unsigned seed = 200;
+    for (auto& p : params) {
+      cpu().copy(random_tensor(p->value.shape(), seed++, 0.4), p->value);
+      cpu().fill(p->grad, 0.0);
+    }
+  }
+  Tensor forward(const nn::LayerContext& ctx, const Tensor& x, const Tensor& context,
+                 std::unique_ptr<nn::Mixer::Saved>* keep = nullptr) {
+    nn::LayerInputs inputs;
+    inputs.set(retro::kChunkContext, context);
+    Tensor y = Tensor::empty(x.shape(), DType::f64);
+    auto saved = eca.forward(ctx, x, inputs, 2, y);
+    if (keep) *keep = std::move(saved);
+    return y;
+  }
+};
+
+TEST(RetroEncoderCrossAttention, EachNeighbourAttendsToItsChunk) {
+  EncoderFixture f;
+  const Tensor x = random_tensor({kR, kChunks * kK, kH}, 1);
+  const Tensor context = random_tensor({kM, kChunks, kH}, 2);
+  const nn::LayerContext eval{cpu(), false};
+  const Tensor y = f.forward(eval, x, context);
+  for (std::int64_t c = 0; c < kChunks; ++c) {
+    for (std::int64_t j = 0; j < kK; ++j) {
+      const std::int64_t col = c * kK + j;
+      Tensor q = Tensor::empty({kR, 1, kH}, DType::f64),
+             mem = Tensor::empty({kM, 1, kH}, DType::f64);
+      for (std::int64_t i = 0; i < kR; ++i)
+        for (std::int64_t e = 0; e < kH; ++e)
+          q.data<double>()[i * kH + e] = at(x, i, col, e);
+      for (std::int64_t i = 0; i < kM; ++i)
+        for (std::int64_t e = 0; e < kH; ++e)
+          mem.data<double>()[i * kH + e] = at(context, i, c, e);
+      Tensor want = Tensor::empty({kR, 1, kH}, DType::f64);
+      nn::CrossAttention::Saved saved;
+      f.eca.attention.forward(eval, q, mem, {}, 2, want, saved);
+      for (std::int64_t i = 0; i < kR; ++i)
+        for (std::int64_t e = 0; e < kH; ++e)
+          EXPECT_NEAR(at(y, i, col, e), want.data<double>()[i * kH + e], 1e-13)
+              << "chunk " << c << " neighbour " << j;
+    }
+  }
+}
+
+TEST(RetroEncoderCrossAttention, GradientsMatchFiniteDifferences) {
+  EncoderFixture f;
+  const nn::LayerContext ctx{cpu(), true, 7, 1};
+  Tensor x = random_tensor({kR, kChunks * kK, kH}, 1),
+         context = random_tensor({kM, kChunks, kH}, 2);
+  const Tensor w = random_tensor(x.shape(), 3);
+  const auto objective = [&] {
+    const std::vector<double> y = f.forward(ctx, x, context).to_vector<double>();
+    const std::vector<double> wv = w.to_vector<double>();
+    double s = 0;
+    for (std::size_t i = 0; i < y.size(); ++i)
+      s += y[i] * wv[i];
+    return s;
+  };
+  std::unique_ptr<nn::Mixer::Saved> saved;
+  f.forward(ctx, x, context, &saved);
+  nn::LayerInputs inputs;
+  inputs.set(retro::kChunkContext, context);
+  const Tensor held = random_tensor(context.shape(), 9);
+  Tensor dcontext = random_tensor(context.shape(), 9);
+  inputs.collect_gradient(retro::kChunkContext, dcontext);
+  Tensor dx = Tensor::empty(x.shape(), DType::f64);
+  f.eca.backward(ctx, x, w, inputs, 2, *saved, dx);
+
+  test::expect_gradients_match_finite_differences(f.params, objective);
+  const double h = 1e-6;
+  auto check = [&](Tensor& t, const std::function<double(std::int64_t)>& grad, const char* what) {
+    for (std::int64_t i = 0; i < t.numel(); i += 2) {
+      double& v = t.data<double>()[i];
+      const double keep = v;
+      v = keep + h;
+      const double plus = objective();
+      v = keep - h;
+      const double minus = objective();
+      v = keep;
+      const double want = (plus - minus) / (2 * h);
+      EXPECT_NEAR(grad(i), want, 1e-7 + 1e-6 * std::abs(want)) << what << " " << i;
+    }
+  };
+  check(
+      x, [&](std::int64_t i) { return dx.data<double>()[i]; }, "dx");
+  check(
+      context, [&](std::int64_t i) { return dcontext.data<double>()[i] - held.data<double>()[i]; },
+      "dcontext");
+}
+
+TEST(RetroEncoderCrossAttention, RefusesAContextOfAnotherShape) {
+  EncoderFixture f;
+  const Tensor x = random_tensor({kR, kChunks * kK, kH}, 1);
+  try {
+    f.forward(nn::LayerContext{cpu(), false}, x, random_tensor({kM, kChunks + 1, kH}, 2));
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "Retro's encoder cross-attention: the chunk context is [3, 4, 8], expected (chunk "
+              "length, 3, 8) for 6 neighbour columns of 2 neighbours");
   }
 }
 
