@@ -66,12 +66,12 @@ double at(const Tensor& t, std::int64_t s, std::int64_t b, std::int64_t e) {
   return t.data<double>()[(s * t.size(1) + b) * t.size(2) + e];
 }
 
-TEST(RetroChunkedCrossAttention, ParametersAreMegatronsCrossAttention) {
+TEST(RetroChunkedCrossAttention, ParametersAreMegatronsCrossAttentionUnderAttn) {
   Fixture f;
   std::vector<std::string> names;
   for (auto& p : f.params)
     names.push_back(p->name);
-  const std::string a = "decoder.layers.5.cross_attention.";
+  const std::string a = "decoder.layers.5.cross_attention.attn.";
   EXPECT_EQ(names, (std::vector<std::string>{a + "linear_q.weight", a + "linear_q.bias",
                                              a + "linear_kv.weight", a + "linear_kv.bias",
                                              a + "linear_proj.weight", a + "linear_proj.bias"}));

@@ -30,7 +30,7 @@ void ChunkedCrossAttention::declare(nn::ParamFactory& factory, const std::string
         "[parallel] sequence_parallel: Retro's chunked cross-attention (" + prefix +
         ") under sequence parallelism is not available yet; set sequence_parallel = false");
   }
-  attention.declare(factory, prefix, config);
+  attention.declare(factory, prefix + ".attn", config);
 }
 
 ChunkedCrossAttention::Layout ChunkedCrossAttention::layout(Backend& be, std::int64_t seq,

@@ -34,7 +34,8 @@ class ChunkedCrossAttention : public nn::Mixer {
 
   std::uint64_t dropout_sites() const override { return 1; }
   std::vector<std::string> gradient_inputs() const override { return {kEncoderOutput}; }
-  // `<prefix>.linear_q`, `.linear_kv`, `.linear_proj` (Megatron's CrossAttention). Throws
+  // `<prefix>.attn.linear_q`, `.linear_kv`, `.linear_proj` (BaseRetroCrossAttention holds
+  // Megatron's CrossAttention as `attn`). Throws
   // ConfigError under sequence parallelism (not built yet).
   void declare(nn::ParamFactory& factory, const std::string& prefix,
                const nn::TransformerConfig& config) override;

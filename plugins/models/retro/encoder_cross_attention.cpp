@@ -19,7 +19,7 @@ void EncoderCrossAttention::declare(nn::ParamFactory& factory, const std::string
         "[parallel] sequence_parallel: Retro's encoder cross-attention (" + prefix +
         ") under sequence parallelism is not available yet; set sequence_parallel = false");
   }
-  attention.declare(factory, prefix, config);
+  attention.declare(factory, prefix + ".attn", config);
 }
 
 std::unique_ptr<nn::Mixer::Saved> EncoderCrossAttention::forward(const nn::LayerContext& ctx,

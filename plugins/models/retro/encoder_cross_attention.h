@@ -26,7 +26,7 @@ class EncoderCrossAttention : public nn::Mixer {
 
   std::uint64_t dropout_sites() const override { return 1; }
   std::vector<std::string> gradient_inputs() const override { return {kChunkContext}; }
-  // `<prefix>.linear_q`, `.linear_kv`, `.linear_proj`. Throws ConfigError under sequence
+  // `<prefix>.attn.linear_q`, `.linear_kv`, `.linear_proj`. Throws ConfigError under sequence
   // parallelism (not built yet).
   void declare(nn::ParamFactory& factory, const std::string& prefix,
                const nn::TransformerConfig& config) override;
