@@ -4,7 +4,9 @@
 // nothing before pad. Encoder cross-attention: each neighbour column (b l + c) k + j is the
 // CrossAttention of its tokens over chunk b l + c of the context. For both, the gradients of
 // every parameter, of x and of the (accumulated) named input against central differences, and a
-// wrongly shaped input refused.
+// wrongly shaped input refused. The retriever (the first Retro layer's cross-attention, which runs
+// the encoder): Megatron's chunked_output layout, and the gradients through the encoder, including
+// the later layers' share of the encoder output's gradient.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -15,6 +17,7 @@
 #include "common/model_checks.h"
 #include "encoder_cross_attention.h"
 #include "megatron/error.h"
+#include "retriever_cross_attention.h"
 
 namespace megatron {
 namespace {
@@ -289,6 +292,118 @@ TEST(RetroEncoderCrossAttention, RefusesAContextOfAnotherShape) {
               "Retro's encoder cross-attention: the chunk context is [3, 4, 8], expected (chunk "
               "length, 3, 8) for 6 neighbour columns of 2 neighbours");
   }
+}
+
+// ---- the retriever: the first Retro layer's cross-attention with the encoder ------------------
+// Megatron's chunked_output, literally: pad the first S % m tokens to a chunk, concatenate the
+// rest, view (l, m, B, h), permute to (m, B, l, h).
+TEST(RetroRetriever, ChunkContextIsMegatronsChunkedOutput) {
+  for (const std::int64_t seq : {8, 6, 3, 2}) {
+    const std::int64_t l = (seq + kM - 1) / kM, first = seq % kM;
+    std::vector<std::int64_t> cat;  // token per row of the concatenation, -1 = padding
+    if (first > 0) {
+      for (std::int64_t s = 0; s < first; ++s)
+        cat.push_back(s);
+      for (std::int64_t s = first; s < kM; ++s)
+        cat.push_back(-1);
+    }
+    for (std::int64_t s = first; s < seq; ++s)
+      cat.push_back(s);
+    ASSERT_EQ(static_cast<std::int64_t>(cat.size()), l * kM);
+    const std::vector<std::int32_t> ids =
+        retro::RetrieverCrossAttention::chunk_context_rows(seq, kB, kM);
+    for (std::int64_t i = 0; i < kM; ++i)
+      for (std::int64_t b = 0; b < kB; ++b)
+        for (std::int64_t c = 0; c < l; ++c) {
+          const std::int64_t s = cat[static_cast<std::size_t>(c * kM + i)];
+          EXPECT_EQ(ids[static_cast<std::size_t>(i * kB * l + b * l + c)],
+                    s < 0 ? seq * kB : s * kB + b)
+              << "seq " << seq << " row " << i << " sample " << b << " chunk " << c;
+        }
+  }
+}
+
+// Encoder of 2 layers with its own dropouts on: every parameter (the chunked cross-attention's and
+// both encoder layers'), x and the neighbour embeddings against central differences of
+// y . w + output . w2, where w2 stands for the later Retro layers' gradient of the encoder output
+// (already in its accumulator when this layer's backward runs).
+TEST(RetroRetriever, GradientsThroughTheEncoderMatchFiniteDifferences) {
+  constexpr std::int64_t kSeq = 8, kL = 3;
+  ParameterSet params;
+  retro::RetrieverCrossAttention block({kM, kK, kR}, {2, 0.2f, 0.15f});
+  nn::ParamFactory factory{params, Device::cpu(), DType::f64};
+  block.declare(factory, "decoder.layers.5.cross_attention", config());
+  unsigned seed = 300;
+  for (auto& p : params) {
+    cpu().copy(random_tensor(p->value.shape(), seed++, 0.4), p->value);
+    cpu().fill(p->grad, 0.0);
+  }
+  EXPECT_EQ(params[0].name, "decoder.layers.5.cross_attention.attn.linear_q.weight");
+  EXPECT_NE(params.find("decoder.layers.5.cross_attention.encoder.layers.0.cross_attention.attn."
+                        "linear_kv.weight"),
+            nullptr);
+  EXPECT_NE(params.find("decoder.layers.5.cross_attention.encoder.layers.1.mlp.linear_fc2.weight"),
+            nullptr);
+  // The chunked cross-attention's site; layer 0: attention + hidden for self-attention and
+  // cross-attention, hidden for the MLP; layer 1: self-attention's two, the MLP's one.
+  EXPECT_EQ(block.dropout_sites(), 1u + 5u + 3u);
+
+  const nn::LayerContext ctx{cpu(), true, 7, 1};
+  Tensor x = random_tensor({kSeq, kB, kH}, 1);
+  Tensor neighbors = random_tensor({kR, kB * kL * kK, kH}, 2);
+  const Tensor w = random_tensor({kSeq, kB, kH}, 3), w2 = random_tensor({kR * kK, kB * kL, kH}, 4);
+  const auto run = [&](Tensor& output, std::unique_ptr<nn::Mixer::Saved>* keep) {
+    nn::LayerInputs inputs;
+    inputs.set(retro::kNeighborEmbeddings, neighbors);
+    inputs.set(retro::kEncoderOutput, output);
+    Tensor y = Tensor::empty(x.shape(), DType::f64);
+    auto saved = block.forward(ctx, x, inputs, 4, y);
+    if (keep) *keep = std::move(saved);
+    return y;
+  };
+  const auto objective = [&] {
+    Tensor output = Tensor::zeros({kR * kK, kB * kL, kH}, DType::f64);
+    const std::vector<double> y = run(output, nullptr).to_vector<double>();
+    const std::vector<double> wv = w.to_vector<double>(), o = output.to_vector<double>(),
+                              w2v = w2.to_vector<double>();
+    double s = 0;
+    for (std::size_t i = 0; i < y.size(); ++i)
+      s += y[i] * wv[i];
+    for (std::size_t i = 0; i < o.size(); ++i)
+      s += o[i] * w2v[i];
+    return s;
+  };
+  Tensor output = Tensor::zeros({kR * kK, kB * kL, kH}, DType::f64);
+  std::unique_ptr<nn::Mixer::Saved> saved;
+  run(output, &saved);
+  nn::LayerInputs inputs;
+  inputs.set(retro::kNeighborEmbeddings, neighbors);
+  inputs.set(retro::kEncoderOutput, output);
+  Tensor doutput = Tensor::empty(w2.shape(), DType::f64);
+  cpu().copy(w2, doutput);  // the later layers' share
+  Tensor dneighbors = Tensor::zeros(neighbors.shape(), DType::f64);
+  inputs.collect_gradient(retro::kEncoderOutput, doutput);
+  inputs.collect_gradient(retro::kNeighborEmbeddings, dneighbors);
+  Tensor dx = Tensor::empty(x.shape(), DType::f64);
+  block.backward(ctx, x, w, inputs, 4, *saved, dx);
+
+  test::expect_gradients_match_finite_differences(params, objective, 2);
+  const double h = 1e-6;
+  auto check = [&](Tensor& t, const Tensor& grad, const char* what) {
+    for (std::int64_t i = 0; i < t.numel(); i += 5) {
+      double& v = t.data<double>()[i];
+      const double keep = v;
+      v = keep + h;
+      const double plus = objective();
+      v = keep - h;
+      const double minus = objective();
+      v = keep;
+      const double want = (plus - minus) / (2 * h);
+      EXPECT_NEAR(grad.data<double>()[i], want, 1e-7 + 1e-6 * std::abs(want)) << what << " " << i;
+    }
+  };
+  check(x, dx, "dx");
+  check(neighbors, dneighbors, "dneighbors");
 }
 
 }  // namespace

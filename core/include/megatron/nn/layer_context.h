@@ -34,11 +34,16 @@ struct LayerContext {
   // Where a training forward reports its auxiliary losses; null: not reported (evaluation, or a
   // recomputed forward).
   AuxLosses* aux_losses = nullptr;
+  // Added to every site: a block running layers of its own (Retro's retrieval encoder inside its
+  // first decoder layer) gives them the sites after its own this way.
+  std::uint64_t site_base = 0;
 
   // Philox offset of dropout site `site` of this micro-batch. Each site owns 2^31 consecutive
   // indices (enough for the attention probabilities of a 2048-token, 96-head micro-batch) and
   // each micro-batch 2^40, so the same micro-batch recomputed gives the same masks.
-  std::uint64_t dropout_offset(std::uint64_t site) const { return (stream << 40) + (site << 31); }
+  std::uint64_t dropout_offset(std::uint64_t site) const {
+    return (stream << 40) + ((site_base + site) << 31);
+  }
 };
 
 }  // namespace megatron::nn
