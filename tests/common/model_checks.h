@@ -81,4 +81,37 @@ inline void expect_gradients_match_finite_differences(ParameterSet& params,
   }
 }
 
+// a . b over every element (fp64 host tensors of one size).
+inline double dot(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  double s = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    s += x[i] * y[i];
+  return s;
+}
+
+// Central differences of `objective` on every `stride`-th element of `t` (an fp64 host tensor the
+// objective reads) against `grad`, less what an accumulator held before backward (`held`).
+inline void expect_input_gradient(Tensor& t, const Tensor& grad,
+                                  const std::function<double()>& objective, const std::string& what,
+                                  std::int64_t stride = 3, const Tensor& held = {},
+                                  double h = 1e-6) {
+  double* v = t.data<double>();
+  const std::vector<double> g = grad.to_vector<double>();
+  const std::vector<double> before =
+      held.defined() ? held.to_vector<double>() : std::vector<double>(g.size(), 0.0);
+  for (std::int64_t i = 0; i < t.numel(); i += stride) {
+    const double saved = v[i];
+    v[i] = saved + h;
+    const double plus = objective();
+    v[i] = saved - h;
+    const double minus = objective();
+    v[i] = saved;
+    const double numeric = (plus - minus) / (2 * h);
+    const auto k = static_cast<std::size_t>(i);
+    EXPECT_NEAR(g[k] - before[k], numeric, 1e-7 + 1e-5 * std::abs(numeric))
+        << what << "[" << i << "]";
+  }
+}
+
 }  // namespace megatron::test

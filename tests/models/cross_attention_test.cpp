@@ -60,33 +60,8 @@ void randomize(ParameterSet& params) {
     cpu().copy(random_tensor(p->value.shape(), seed++, 0.4), p->value);
 }
 
-double dot(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  double s = 0;
-  for (std::size_t i = 0; i < x.size(); ++i)
-    s += x[i] * y[i];
-  return s;
-}
-
-// Central differences of `objective` on a few elements of `t` (an fp64 host tensor the objective
-// reads) against `grad`.
-void expect_input_gradient(Tensor& t, const Tensor& grad, const std::function<double()>& objective,
-                           const std::string& what) {
-  double* v = t.data<double>();
-  const std::vector<double> g = grad.to_vector<double>();
-  const double h = 1e-6;
-  for (std::int64_t i = 0; i < t.numel(); i += 3) {
-    const double saved = v[i];
-    v[i] = saved + h;
-    const double plus = objective();
-    v[i] = saved - h;
-    const double minus = objective();
-    v[i] = saved;
-    const double numeric = (plus - minus) / (2 * h);
-    EXPECT_NEAR(g[static_cast<std::size_t>(i)], numeric, 1e-7 + 1e-5 * std::abs(numeric))
-        << what << "[" << i << "]";
-  }
-}
+using test::dot;
+using test::expect_input_gradient;
 
 // y = x W^T + b over the last dim of an (rows..., in) fp64 host tensor.
 std::vector<double> linear(const std::vector<double>& x, std::int64_t rows, std::int64_t in,

@@ -69,6 +69,9 @@ double at(const Tensor& t, std::int64_t s, std::int64_t b, std::int64_t e) {
   return t.data<double>()[(s * t.size(1) + b) * t.size(2) + e];
 }
 
+using test::dot;
+using test::expect_input_gradient;
+
 TEST(RetroChunkedCrossAttention, ParametersAreMegatronsCrossAttentionUnderAttn) {
   Fixture f;
   std::vector<std::string> names;
@@ -125,14 +128,7 @@ TEST(RetroChunkedCrossAttention, GradientsMatchFiniteDifferences) {
   const nn::LayerContext ctx{cpu(), true, 7, 1};
   Tensor x = random_tensor({kSeq, kB, kH}, 1), memory = random_tensor({kR * kK, kB * kL, kH}, 2);
   const Tensor w = random_tensor({kSeq, kB, kH}, 3);
-  const auto objective = [&] {
-    const std::vector<double> y = f.forward(ctx, x, memory).to_vector<double>();
-    const std::vector<double> wv = w.to_vector<double>();
-    double s = 0;
-    for (std::size_t i = 0; i < y.size(); ++i)
-      s += y[i] * wv[i];
-    return s;
-  };
+  const auto objective = [&] { return dot(f.forward(ctx, x, memory), w); };
   std::unique_ptr<nn::Mixer::Saved> saved;
   f.forward(ctx, x, memory, &saved);
   nn::LayerInputs inputs;
@@ -144,25 +140,8 @@ TEST(RetroChunkedCrossAttention, GradientsMatchFiniteDifferences) {
   f.cca.backward(ctx, x, w, inputs, 4, *saved, dx);
 
   test::expect_gradients_match_finite_differences(f.params, objective);
-  const double h = 1e-6;
-  auto check = [&](Tensor& t, const std::function<double(std::int64_t)>& grad, const char* what) {
-    for (std::int64_t i = 0; i < t.numel(); i += 2) {
-      double& v = t.data<double>()[i];
-      const double keep = v;
-      v = keep + h;
-      const double plus = objective();
-      v = keep - h;
-      const double minus = objective();
-      v = keep;
-      const double want = (plus - minus) / (2 * h);
-      EXPECT_NEAR(grad(i), want, 1e-7 + 1e-6 * std::abs(want)) << what << " " << i;
-    }
-  };
-  check(
-      x, [&](std::int64_t i) { return dx.data<double>()[i]; }, "dx");
-  check(
-      memory, [&](std::int64_t i) { return dmemory.data<double>()[i] - held.data<double>()[i]; },
-      "dmemory");
+  expect_input_gradient(x, dx, objective, "dx", 2);
+  expect_input_gradient(memory, dmemory, objective, "dmemory", 2, held);
   for (std::int64_t b = 0; b < kB; ++b)  // position 0 (before pad 1) reaches nothing
     for (std::int64_t e = 0; e < kH; ++e)
       EXPECT_EQ(at(dx, 0, b, e), 0.0);
@@ -241,14 +220,7 @@ TEST(RetroEncoderCrossAttention, GradientsMatchFiniteDifferences) {
   Tensor x = random_tensor({kR, kChunks * kK, kH}, 1),
          context = random_tensor({kM, kChunks, kH}, 2);
   const Tensor w = random_tensor(x.shape(), 3);
-  const auto objective = [&] {
-    const std::vector<double> y = f.forward(ctx, x, context).to_vector<double>();
-    const std::vector<double> wv = w.to_vector<double>();
-    double s = 0;
-    for (std::size_t i = 0; i < y.size(); ++i)
-      s += y[i] * wv[i];
-    return s;
-  };
+  const auto objective = [&] { return dot(f.forward(ctx, x, context), w); };
   std::unique_ptr<nn::Mixer::Saved> saved;
   f.forward(ctx, x, context, &saved);
   nn::LayerInputs inputs;
@@ -260,25 +232,8 @@ TEST(RetroEncoderCrossAttention, GradientsMatchFiniteDifferences) {
   f.eca.backward(ctx, x, w, inputs, 2, *saved, dx);
 
   test::expect_gradients_match_finite_differences(f.params, objective);
-  const double h = 1e-6;
-  auto check = [&](Tensor& t, const std::function<double(std::int64_t)>& grad, const char* what) {
-    for (std::int64_t i = 0; i < t.numel(); i += 2) {
-      double& v = t.data<double>()[i];
-      const double keep = v;
-      v = keep + h;
-      const double plus = objective();
-      v = keep - h;
-      const double minus = objective();
-      v = keep;
-      const double want = (plus - minus) / (2 * h);
-      EXPECT_NEAR(grad(i), want, 1e-7 + 1e-6 * std::abs(want)) << what << " " << i;
-    }
-  };
-  check(
-      x, [&](std::int64_t i) { return dx.data<double>()[i]; }, "dx");
-  check(
-      context, [&](std::int64_t i) { return dcontext.data<double>()[i] - held.data<double>()[i]; },
-      "dcontext");
+  expect_input_gradient(x, dx, objective, "dx", 2);
+  expect_input_gradient(context, dcontext, objective, "dcontext", 2, held);
 }
 
 TEST(RetroEncoderCrossAttention, RefusesAContextOfAnotherShape) {
@@ -363,15 +318,8 @@ TEST(RetroRetriever, GradientsThroughTheEncoderMatchFiniteDifferences) {
   };
   const auto objective = [&] {
     Tensor output = Tensor::zeros({kR * kK, kB * kL, kH}, DType::f64);
-    const std::vector<double> y = run(output, nullptr).to_vector<double>();
-    const std::vector<double> wv = w.to_vector<double>(), o = output.to_vector<double>(),
-                              w2v = w2.to_vector<double>();
-    double s = 0;
-    for (std::size_t i = 0; i < y.size(); ++i)
-      s += y[i] * wv[i];
-    for (std::size_t i = 0; i < o.size(); ++i)
-      s += o[i] * w2v[i];
-    return s;
+    const double y_term = dot(run(output, nullptr), w);
+    return y_term + dot(output, w2);
   };
   Tensor output = Tensor::zeros({kR * kK, kB * kL, kH}, DType::f64);
   std::unique_ptr<nn::Mixer::Saved> saved;
@@ -388,22 +336,8 @@ TEST(RetroRetriever, GradientsThroughTheEncoderMatchFiniteDifferences) {
   block.backward(ctx, x, w, inputs, 4, *saved, dx);
 
   test::expect_gradients_match_finite_differences(params, objective, 2);
-  const double h = 1e-6;
-  auto check = [&](Tensor& t, const Tensor& grad, const char* what) {
-    for (std::int64_t i = 0; i < t.numel(); i += 5) {
-      double& v = t.data<double>()[i];
-      const double keep = v;
-      v = keep + h;
-      const double plus = objective();
-      v = keep - h;
-      const double minus = objective();
-      v = keep;
-      const double want = (plus - minus) / (2 * h);
-      EXPECT_NEAR(grad.data<double>()[i], want, 1e-7 + 1e-6 * std::abs(want)) << what << " " << i;
-    }
-  };
-  check(x, dx, "dx");
-  check(neighbors, dneighbors, "dneighbors");
+  expect_input_gradient(x, dx, objective, "dx", 5);
+  expect_input_gradient(neighbors, dneighbors, objective, "dneighbors", 5);
 }
 
 }  // namespace
