@@ -56,6 +56,17 @@ inline LossTerm only_loss(const StepResult& r, const std::string& name = "lm los
   return *term;
 }
 
+// d objective / d v by central differences of step h; v is restored.
+inline double central_difference(double& v, const std::function<double()>& objective, double h) {
+  const double saved = v;
+  v = saved + h;
+  const double plus = objective();
+  v = saved - h;
+  const double minus = objective();
+  v = saved;
+  return (plus - minus) / (2 * h);
+}
+
 // Central differences (step h) on `per_tensor` random elements of every fp64 parameter against
 // the gradients a backward left in Parameter::grad; `objective` re-runs the forward and returns
 // the value whose gradient that was.
@@ -69,13 +80,7 @@ inline void expect_gradients_match_finite_differences(ParameterSet& params,
     const std::int64_t n = p->value.numel();
     for (int k = 0; k < per_tensor; ++k) {
       const auto i = static_cast<std::int64_t>(rng() % static_cast<unsigned>(n));
-      const double saved = v[i];
-      v[i] = saved + h;
-      const double plus = objective();
-      v[i] = saved - h;
-      const double minus = objective();
-      v[i] = saved;
-      const double numeric = (plus - minus) / (2 * h);
+      const double numeric = central_difference(v[i], objective, h);
       EXPECT_NEAR(g[i], numeric, 1e-7 + 1e-5 * std::abs(numeric)) << p->name << "[" << i << "]";
     }
   }
@@ -101,13 +106,7 @@ inline void expect_input_gradient(Tensor& t, const Tensor& grad,
   const std::vector<double> before =
       held.defined() ? held.to_vector<double>() : std::vector<double>(g.size(), 0.0);
   for (std::int64_t i = 0; i < t.numel(); i += stride) {
-    const double saved = v[i];
-    v[i] = saved + h;
-    const double plus = objective();
-    v[i] = saved - h;
-    const double minus = objective();
-    v[i] = saved;
-    const double numeric = (plus - minus) / (2 * h);
+    const double numeric = central_difference(v[i], objective, h);
     const auto k = static_cast<std::size_t>(i);
     EXPECT_NEAR(g[k] - before[k], numeric, 1e-7 + 1e-5 * std::abs(numeric))
         << what << "[" << i << "]";

@@ -2,20 +2,10 @@
 // CrossAttention, and the adjoint scatters in backward.
 #include "chunked_cross_attention.h"
 
+#include "device_ids.h"
 #include "megatron/error.h"
 
 namespace megatron::retro {
-
-namespace {
-
-Tensor ids_on(Backend& be, const std::vector<std::int32_t>& ids) {
-  const Tensor host = Tensor::from(ids, {static_cast<std::int64_t>(ids.size())});
-  Tensor out = be.empty(host.shape(), DType::i32);
-  be.copy(host, out);
-  return out;
-}
-
-}  // namespace
 
 struct ChunkedCrossAttention::Run : nn::Mixer::Saved {
   Layout layout;
@@ -58,8 +48,8 @@ ChunkedCrossAttention::Layout ChunkedCrossAttention::layout(Backend& be, std::in
           from < 0 ? m * columns : (from % m) * columns + b * l + from / m);
     }
   }
-  out.query_rows = ids_on(be, query);
-  out.output_rows = ids_on(be, output);
+  out.query_rows = device_ids(be, query);
+  out.output_rows = device_ids(be, output);
   return out;
 }
 

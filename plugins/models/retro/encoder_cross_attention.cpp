@@ -2,6 +2,7 @@
 // Megatron's CrossAttention, and the repeats' gradients summed back (a scatter-add).
 #include "encoder_cross_attention.h"
 
+#include "device_ids.h"
 #include "megatron/error.h"
 
 namespace megatron::retro {
@@ -44,9 +45,7 @@ std::unique_ptr<nn::Mixer::Saved> EncoderCrossAttention::forward(const nn::Layer
     for (std::int64_t col = 0; col < columns; ++col)
       repeat[static_cast<std::size_t>(i * columns + col)] =
           static_cast<std::int32_t>(i * chunks + col / neighbors_);
-  const Tensor host = Tensor::from(repeat, {m * columns});
-  run->repeat = be.empty(host.shape(), DType::i32);
-  be.copy(host, run->repeat);
+  run->repeat = device_ids(be, repeat);
   run->memory = be.empty({m, columns, h}, x.dtype());
   Tensor memory_rows = nn::rows_of(run->memory);
   be.embedding_forward(run->repeat, nn::rows_of(context), 0, memory_rows);

@@ -2,6 +2,7 @@
 // the encoder output buffer, the chunked cross-attention, and backward in the reverse order.
 #include "retriever_cross_attention.h"
 
+#include "device_ids.h"
 #include "encoder_cross_attention.h"
 #include "megatron/error.h"
 #include "megatron/nn/core_blocks.h"
@@ -97,10 +98,7 @@ std::unique_ptr<nn::Mixer::Saved> RetrieverCrossAttention::forward(const nn::Lay
   }
   Tensor buffer = inputs.require(kEncoderOutput, "Retro's retrieval encoder");
   auto run = std::make_unique<Run>();
-  const std::vector<std::int32_t> ids = chunk_context_rows(seq, batch, m);
-  const Tensor host = Tensor::from(ids, {static_cast<std::int64_t>(ids.size())});
-  run->context_rows = be.empty(host.shape(), DType::i32);
-  be.copy(host, run->context_rows);
+  run->context_rows = device_ids(be, chunk_context_rows(seq, batch, m));
   run->context = be.empty({m, batch * l, h}, x.dtype());
   Tensor context_rows = nn::rows_of(run->context);
   be.embedding_forward(run->context_rows, nn::rows_of(x), 0, context_rows);
