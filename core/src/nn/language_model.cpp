@@ -64,7 +64,7 @@ Parameter& LanguageModel::output_weight() {
   return output_layer_ ? *output_layer_ : *embedding_.word_embeddings;
 }
 
-Tensor LanguageModel::pre_forward(const LayerContext& ctx, const Batch& batch,
+Tensor LanguageModel::pre_forward(const LayerContext& ctx, const Batch& batch, LayerInputs&,
                                   std::unique_ptr<ProcessState>& state) {
   const Tensor& tokens = batch["tokens"];
   if (tokens.size(1) != info().seq_length) {

@@ -210,7 +210,7 @@ Model::ChunkOutput LayerStackModel::forward_chunk(int chunk, std::int64_t micro_
   Tensor x;
   if (info_.pipeline.is_first_virtual_stage(chunk)) {
     if (options.params_needed && !pre_params_.empty()) options.params_needed(pre_params_);
-    x = pre_forward(ctx, batch, p.pre);
+    x = pre_forward(ctx, batch, p.inputs, p.pre);
   } else {
     const Tensor& received = named_tensor(input, "hidden", name_ + "'s stage inputs");
     const Shape want = stage_inputs(1, batch.size())[0].shape;
@@ -308,8 +308,9 @@ Tensor LayerStackModel::final_hidden(const Batch& batch) {
   Backend& be = ctx.backend;
   std::unique_ptr<ProcessState> pre;
   LayerStack::State state;
-  const LayerInputs inputs = layer_inputs(ctx, batch);
-  const Tensor x = stack_.forward(ctx, 0, pre_forward(ctx, batch, pre), inputs, false, state, eval);
+  LayerInputs inputs = layer_inputs(ctx, batch);
+  const Tensor embedded = pre_forward(ctx, batch, inputs, pre);
+  const Tensor x = stack_.forward(ctx, 0, embedded, inputs, false, state, eval);
   const std::int64_t h = config_.transformer.hidden_size, rows = x.size(0) * x.size(1);
   Tensor normed = be.empty({rows, h}, info_.param_dtype);
   Norm::Saved saved;

@@ -116,7 +116,7 @@ nn::LayerInputs BertModel::layer_inputs(const nn::LayerContext& ctx, const Batch
   return inputs;
 }
 
-Tensor BertModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
+Tensor BertModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch, nn::LayerInputs&,
                               std::unique_ptr<ProcessState>& state) {
   const Tensor text = sequences(batch, "text");
   if (text.size(1) != info().seq_length) {

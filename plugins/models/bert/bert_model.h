@@ -42,7 +42,7 @@ class BertModel : public nn::LayerStackModel {
   std::uint64_t declare_pre_process(nn::ParamFactory& factory) override;
   void declare_post_process(nn::ParamFactory& factory, bool with_pre_process) override;
   nn::LayerInputs layer_inputs(const nn::LayerContext& ctx, const Batch& batch) override;
-  Tensor pre_forward(const nn::LayerContext& ctx, const Batch& batch,
+  Tensor pre_forward(const nn::LayerContext& ctx, const Batch& batch, nn::LayerInputs& inputs,
                      std::unique_ptr<ProcessState>& state) override;
   void pre_backward(const nn::LayerContext& ctx, ProcessState* state, const Tensor& dx) override;
   StepResult post_forward(const nn::LayerContext& ctx, const Batch& batch, const Tensor& normed,

@@ -12,6 +12,7 @@ namespace megatron::retro {
 struct RetrieverCrossAttention::Run : nn::Mixer::Saved {
   Tensor context_rows;  // i32 ids of chunk_context_rows
   Tensor context;       // (m, B l, h)
+  Tensor output_rows;   // i32 ids of per_chunk_rows (per-chunk layout only)
   std::vector<nn::Layer::Saved> encoder;
   std::unique_ptr<nn::Mixer::Saved> cca;
 };
@@ -71,6 +72,18 @@ std::vector<std::int32_t> RetrieverCrossAttention::chunk_context_rows(std::int64
   return ids;
 }
 
+std::vector<std::int32_t> RetrieverCrossAttention::per_chunk_rows(std::int64_t r,
+                                                                  std::int64_t columns,
+                                                                  std::int64_t k) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(r * k * columns));
+  for (std::int64_t t = 0; t < r; ++t)
+    for (std::int64_t j = 0; j < k; ++j)
+      for (std::int64_t col = 0; col < columns; ++col)
+        ids[static_cast<std::size_t>((t * k + j) * columns + col)] =
+            static_cast<std::int32_t>((t * columns + col) * k + j);
+  return ids;
+}
+
 nn::LayerInputs RetrieverCrossAttention::encoder_inputs(Backend& be, const Tensor& context,
                                                         std::int64_t columns) const {
   nn::LayerInputs in;
@@ -113,13 +126,18 @@ std::unique_ptr<nn::Mixer::Saved> RetrieverCrossAttention::forward(const nn::Lay
     encoder[i].forward(encoder_ctx, hidden, encoder_in, out, run->encoder[i], true);
     hidden = out;
   }
-  // Megatron reshapes the encoder output (r, B l k, h) to (r k, B l, h) as it lies in memory.
   if (buffer.shape() != Shape{r * k, batch * l, h}) {
     throw Error("Retro's retrieval encoder: the encoder output buffer is " +
                 shape_str(buffer.shape()) + ", expected (" + std::to_string(r * k) + ", " +
                 std::to_string(batch * l) + ", " + std::to_string(h) + ")");
   }
-  be.copy(hidden.view(buffer.shape()), buffer);
+  if (settings_.output_layout == EncoderOutputLayout::megatron_reshape) {
+    be.copy(hidden.view(buffer.shape()), buffer);
+  } else {
+    run->output_rows = device_ids(be, per_chunk_rows(r, batch * l, k));
+    Tensor buffer_rows = nn::rows_of(buffer);
+    be.embedding_forward(run->output_rows, nn::rows_of(hidden), 0, buffer_rows);
+  }
   run->cca = cca.forward(ctx, x, inputs, first_site, y);
   return run;
 }
@@ -135,6 +153,11 @@ void RetrieverCrossAttention::backward(const nn::LayerContext& ctx, const Tensor
   const Tensor doutput = inputs.gradient(kEncoderOutput, "Retro's retrieval encoder backward");
   const std::int64_t columns = doutput.numel() / (r * doutput.size(2));
   Tensor d = doutput.view({r, columns, doutput.size(2)});
+  if (run.output_rows.defined()) {  // each encoder row went to one memory row: scatter back
+    d = be.empty({r, columns, doutput.size(2)}, doutput.dtype());
+    Tensor d_rows = nn::rows_of(d);
+    be.embedding_backward(run.output_rows, nn::rows_of(doutput), 0, d_rows, false);
+  }
 
   nn::LayerContext encoder_ctx = ctx;
   encoder_ctx.site_base = ctx.site_base + first_site + cca.dropout_sites();

@@ -159,7 +159,7 @@ class LlamaTiny final : public nn::LayerStackModel {
                                           config_.untie_embeddings_and_output_weights);
   }
 
-  mt::Tensor pre_forward(const nn::LayerContext& ctx, const mt::Batch& batch,
+  mt::Tensor pre_forward(const nn::LayerContext& ctx, const mt::Batch& batch, nn::LayerInputs&,
                          std::unique_ptr<ProcessState>& state) override {
     const mt::Tensor& tokens = batch["tokens"];
     if (tokens.size(1) != info().seq_length) {

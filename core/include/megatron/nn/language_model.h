@@ -31,13 +31,15 @@ class LanguageModel : public LayerStackModel {
   void declare_post_process(ParamFactory& factory, bool with_pre_process) override;
   // Rotary tables, and first_key from the batch's attention_mask (reset_attention_mask).
   LayerInputs layer_inputs(const LayerContext& ctx, const Batch& batch) override;
-  Tensor pre_forward(const LayerContext& ctx, const Batch& batch,
+  Tensor pre_forward(const LayerContext& ctx, const Batch& batch, LayerInputs& inputs,
                      std::unique_ptr<ProcessState>& state) override;
   void pre_backward(const LayerContext& ctx, ProcessState* state, const Tensor& dx) override;
   StepResult post_forward(const LayerContext& ctx, const Batch& batch, const Tensor& normed,
                           const StepOptions& options,
                           std::unique_ptr<ProcessState>& state) override;
   Tensor post_backward(const LayerContext& ctx, ProcessState* state) override;
+  // The first stage's embedding (Retro embeds its neighbour tokens with it too).
+  const Embedding& embedding() const { return embedding_; }
 
  private:
   Parameter& output_weight();

@@ -102,8 +102,11 @@ class LayerStackModel : public Model {
   virtual void declare_post_process(ParamFactory& factory, bool with_pre_process) = 0;
   // Per micro-batch inputs of the layers (default: the rotary tables, no mask).
   virtual LayerInputs layer_inputs(const LayerContext& ctx, const Batch& batch);
-  // batch -> x (S / tp under sequence parallelism, B, h) in param dtype.
-  virtual Tensor pre_forward(const LayerContext& ctx, const Batch& batch,
+  // batch -> x (S / tp under sequence parallelism, B, h) in param dtype. May add the layer
+  // inputs it computes to `inputs` (Retro's neighbour embeddings), asking for their gradients
+  // there and keeping the accumulators in `state` for pre_backward; only the first stage runs
+  // it, so only that stage's layers see them.
+  virtual Tensor pre_forward(const LayerContext& ctx, const Batch& batch, LayerInputs& inputs,
                              std::unique_ptr<ProcessState>& state) = 0;
   // Accumulates the pre-process's parameter gradients from dx (shaped as pre_forward's output).
   virtual void pre_backward(const LayerContext& ctx, ProcessState* state, const Tensor& dx) = 0;
