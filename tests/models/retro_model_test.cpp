@@ -192,7 +192,7 @@ TEST(RetroModel, MegatronsReshapeLayoutMixesLaterChunksNeighboursIn) {
     EXPECT_GT(diff[s], 1e-9) << "position " << s;
 }
 
-TEST(RetroModel, RefusesPipelineSequenceParallelAndMismatchedNeighbours) {
+TEST(RetroModel, RefusesPipelineSequenceParallelMismatchedAndUnplacedNeighbours) {
   const RetroConfig c = tiny_config(6);
   ModelBuildInfo info;
   info.vocab_size = kVocab;
@@ -212,6 +212,12 @@ TEST(RetroModel, RefusesPipelineSequenceParallelAndMismatchedNeighbours) {
   const std::string field = error_of([&] { RetroModel(c).build(info); });
   EXPECT_NE(field.find("retro_num_retrieved_chunks"), std::string::npos) << field;
   EXPECT_NE(field.find("[3, 2, 16]"), std::string::npos) << field;
+
+  info.sample_fields.clear();
+  RetroConfig long_neighbours = c;
+  long_neighbours.chunks.retrieved_length = 3 * kM;  // 12 tokens, 10 learned positions
+  const std::string positions = error_of([&] { RetroModel(long_neighbours).build(info); });
+  EXPECT_NE(positions.find("max_position_embeddings"), std::string::npos) << positions;
 
   auto m = build(c, DType::f32);
   Batch batch = retro_batch(2, 3);

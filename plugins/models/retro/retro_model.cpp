@@ -57,6 +57,14 @@ void RetroModel::prepare(const ModelBuildInfo& info) {
         "for Retro too); set sequence_parallel = false");
   }
   const ChunkShape& c = retro_.chunks;
+  if (config_.position_embedding == nn::PositionEmbedding::learned_absolute &&
+      c.retrieved_length > config_.max_position_embeddings) {
+    throw ConfigError("[model] max_position_embeddings: the neighbours' " +
+                      std::to_string(c.retrieved_length) +
+                      " tokens (retro_num_retrieved_chunks x retro_chunk_length) take learned "
+                      "positions too, but the table has " +
+                      std::to_string(config_.max_position_embeddings));
+  }
   const FieldSpec* field = find_field(info.sample_fields, kNeighborTokens);
   const std::int64_t l = (info.seq_length + c.chunk_length - 1) / c.chunk_length;
   if (field && !field->shape.empty() &&
