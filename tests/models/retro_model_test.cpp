@@ -1,8 +1,8 @@
 // The retro model: Megatron's Retro layer numbers, Megatron-core's parameter names and the
 // closed-form count, fp64 finite-difference gradients of every parameter through two Retro
 // layers (the retriever's encoder, the encoder output buffer shared with a later layer, the
-// neighbour embeddings through the shared word and position embeddings), the neighbours'
-// influence reaching only the positions at and after their chunk's last token, and the refusals.
+// neighbour embeddings through the shared word and position embeddings), each chunk's neighbours
+// reaching only the positions from its last token on, and the refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -118,6 +118,13 @@ TEST(RetroModel, MegatronParameterNamesAndClosedFormCount) {
   EXPECT_NE(std::find(layer5.begin(), layer5.end(),
                       "cross_attention.encoder.layers.0.cross_attention.attn.linear_q.weight"),
             layer5.end());
+  // Megatron's RetroEncoderLayerNorm holds the first encoder layer's pre-MLP norm as `norm`.
+  EXPECT_NE(std::find(layer5.begin(), layer5.end(),
+                      "cross_attention.encoder.layers.0.pre_mlp_layernorm.norm.weight"),
+            layer5.end());
+  EXPECT_NE(std::find(layer5.begin(), layer5.end(),
+                      "cross_attention.encoder.layers.1.pre_mlp_layernorm.weight"),
+            layer5.end());
   EXPECT_NE(std::find(layer5.begin(), layer5.end(),
                       "cross_attention.encoder.layers.1.mlp.linear_fc2.bias"),
             layer5.end());
@@ -147,9 +154,8 @@ TEST(RetroModel, GradientsThroughTwoRetroLayersAndTheNeighbourEmbeddings) {
 
 // The largest change of any logit at each position (B = 1) when one of chunk 1's neighbours
 // changes.
-std::vector<double> logit_changes(EncoderOutputLayout layout) {
-  RetroConfig c = tiny_config(6);
-  c.encoder.output_layout = layout;
+std::vector<double> logit_changes() {
+  const RetroConfig c = tiny_config(6);
   auto m = build(c, DType::f64);
   Batch batch = retro_batch(1, 9);
   const Tensor before = m->logits(batch);
@@ -172,7 +178,7 @@ std::vector<double> logit_changes(EncoderOutputLayout layout) {
 // Chunk c's neighbours reach the sequence at its last token, pad + c m with pad = (S - 1) % m, and
 // the m - 1 positions after it; the only Retro layer being the last, no other position changes.
 TEST(RetroModel, NeighboursReachOnlyFromTheirChunksLastToken) {
-  const std::vector<double> diff = logit_changes(EncoderOutputLayout::per_chunk);
+  const std::vector<double> diff = logit_changes();
   const std::int64_t first = (kSeq - 1) % kM + kM;  // chunk 1's last token
   for (std::int64_t s = 0; s < kSeq; ++s) {
     if (s < first || s >= first + kM) {
@@ -181,15 +187,6 @@ TEST(RetroModel, NeighboursReachOnlyFromTheirChunksLastToken) {
       EXPECT_GT(diff[static_cast<std::size_t>(s)], 1e-9) << "position " << s;
     }
   }
-}
-
-// Megatron-core's reshape of the encoder output hands chunk 1's neighbours to chunk 0's
-// attention (here positions 1 to 4, which predict tokens chunk 1's retrieval was made from).
-TEST(RetroModel, MegatronsReshapeLayoutMixesLaterChunksNeighboursIn) {
-  const std::vector<double> diff = logit_changes(EncoderOutputLayout::megatron_reshape);
-  EXPECT_EQ(diff[0], 0.0);
-  for (std::size_t s = 1; s < 5; ++s)
-    EXPECT_GT(diff[s], 1e-9) << "position " << s;
 }
 
 TEST(RetroModel, RefusesPipelineSequenceParallelMismatchedAndUnplacedNeighbours) {

@@ -1,7 +1,7 @@
 // The retro model at TP2 against TP1 on the same rank: the same seed gives the same global
 // weights, and one training step (hidden dropout on, in the decoder and the retrieval encoder)
 // gives the same loss (1e-5 relative) and the same gradients (each rank's = its slice of the TP1
-// ones, within 2e-5 of each tensor's scale, fp32). Both encoder output layouts.
+// ones, within 2e-5 of each tensor's scale, fp32).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -17,7 +17,7 @@ namespace {
 constexpr std::int64_t kVocab = 45, kSeq = 10, kBatch = 2, kM = 4, kK = 2, kR = 8;
 constexpr std::int64_t kL = (kSeq + kM - 1) / kM;
 
-retro::RetroConfig config(retro::EncoderOutputLayout layout) {
+retro::RetroConfig config() {
   retro::RetroConfig c;
   nn::TransformerConfig& t = c.model.transformer;
   t.num_layers = 9;
@@ -31,7 +31,7 @@ retro::RetroConfig config(retro::EncoderOutputLayout layout) {
   t.init_method_std = 0.2f;
   c.model.make_vocab_size_divisible_by = 8;
   c.chunks = {kM, kK, kR};
-  c.encoder = {2, 0.1f, 0.0f, layout};
+  c.encoder = {2, 0.1f, 0.0f};
   return c;
 }
 
@@ -61,10 +61,10 @@ Batch make_batch(unsigned seed) {
   return b;
 }
 
-void compare_layouts(retro::EncoderOutputLayout layout) {
+TEST(RetroTensorParallel, MatchesOneRank) {
   const nn::TensorParallelism tp = tensor_group(false);
-  auto single = build(config(layout), nullptr);
-  auto split = build(config(layout), &tp);
+  auto single = build(config(), nullptr);
+  auto split = build(config(), &tp);
   ParameterSet& ps = single->parameters();
   ParameterSet& pt = split->parameters();
   ASSERT_EQ(ps.size(), pt.size());
@@ -84,14 +84,6 @@ void compare_layouts(retro::EncoderOutputLayout layout) {
   EXPECT_NEAR(rt.sum, rs.sum, 1e-5 * rs.sum);
   for (std::size_t i = 0; i < ps.size(); ++i)
     expect_close(pt[i].grad, shard_of(pt[i], ps[i].grad), 2e-5, pt[i].name + " grad");
-}
-
-TEST(RetroTensorParallel, PerChunkLayoutMatchesOneRank) {
-  compare_layouts(retro::EncoderOutputLayout::per_chunk);
-}
-
-TEST(RetroTensorParallel, MegatronLayoutMatchesOneRank) {
-  compare_layouts(retro::EncoderOutputLayout::megatron_reshape);
 }
 
 }  // namespace

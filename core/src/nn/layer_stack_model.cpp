@@ -156,6 +156,13 @@ void LayerStackModel::build(const ModelBuildInfo& info) {
                       std::to_string(config_.max_position_embeddings) +
                       " is smaller than the data's seq_length " + std::to_string(info.seq_length));
   }
+  if (config_.position_embedding == PositionEmbedding::rope &&
+      config_.transformer.rotary_dim <= 0) {
+    // parse_model_config derives rotary_dim; a config built in code must set it.
+    throw ConfigError("[model] position_embedding_type = \"rope\" with rotary_dim " +
+                      std::to_string(config_.transformer.rotary_dim) +
+                      ": the layers would have no positions at all");
+  }
   rotary_.reset();
   if (config_.transformer.rotary_dim > 0 && !info.device.is_meta()) {
     rotary_ = make_rotary_tables(info.seq_length, config_.transformer.rotary_dim,

@@ -12,7 +12,7 @@ namespace megatron::retro {
 struct RetrieverCrossAttention::Run : nn::Mixer::Saved {
   Tensor context_rows;  // i32 ids of chunk_context_rows
   Tensor context;       // (m, B l, h)
-  Tensor output_rows;   // i32 ids of per_chunk_rows (per-chunk layout only)
+  Tensor output_rows;   // i32 ids of per_chunk_rows
   std::vector<nn::Layer::Saved> encoder;
   std::unique_ptr<nn::Mixer::Saved> cca;
 };
@@ -22,8 +22,11 @@ RetrieverCrossAttention::RetrieverCrossAttention(ChunkShape shape, EncoderSettin
 
 nn::LayerSpec RetrieverCrossAttention::encoder_spec(std::int64_t layer) const {
   if (layer == 0) {
+    // Megatron's RetroEncoderLayerNorm holds this layer's pre-MLP LayerNorm as `norm`.
+    nn::BlockSpec mlp = nn::mlp_block();
+    mlp.norm.name = "pre_mlp_layernorm.norm";
     return {{nn::self_attention_block(nn::AttentionMask::padding),
-             encoder_cross_attention_block(shape_.num_neighbors), nn::mlp_block()}};
+             encoder_cross_attention_block(shape_.num_neighbors), mlp}};
   }
   return {{nn::self_attention_block(nn::AttentionMask::padding), nn::mlp_block()}};
 }
@@ -131,13 +134,9 @@ std::unique_ptr<nn::Mixer::Saved> RetrieverCrossAttention::forward(const nn::Lay
                 shape_str(buffer.shape()) + ", expected (" + std::to_string(r * k) + ", " +
                 std::to_string(batch * l) + ", " + std::to_string(h) + ")");
   }
-  if (settings_.output_layout == EncoderOutputLayout::megatron_reshape) {
-    be.copy(hidden.view(buffer.shape()), buffer);
-  } else {
-    run->output_rows = device_ids(be, per_chunk_rows(r, batch * l, k));
-    Tensor buffer_rows = nn::rows_of(buffer);
-    be.embedding_forward(run->output_rows, nn::rows_of(hidden), 0, buffer_rows);
-  }
+  run->output_rows = device_ids(be, per_chunk_rows(r, batch * l, k));
+  Tensor buffer_rows = nn::rows_of(buffer);
+  be.embedding_forward(run->output_rows, nn::rows_of(hidden), 0, buffer_rows);
   run->cca = cca.forward(ctx, x, inputs, first_site, y);
   return run;
 }
@@ -152,12 +151,10 @@ void RetrieverCrossAttention::backward(const nn::LayerContext& ctx, const Tensor
   cca.backward(ctx, x, dy, inputs, first_site, *run.cca, dx);
   const Tensor doutput = inputs.gradient(kEncoderOutput, "Retro's retrieval encoder backward");
   const std::int64_t columns = doutput.numel() / (r * doutput.size(2));
-  Tensor d = doutput.view({r, columns, doutput.size(2)});
-  if (run.output_rows.defined()) {  // each encoder row went to one memory row: scatter back
-    d = be.empty({r, columns, doutput.size(2)}, doutput.dtype());
-    Tensor d_rows = nn::rows_of(d);
-    be.embedding_backward(run.output_rows, nn::rows_of(doutput), 0, d_rows, false);
-  }
+  // Each encoder row went to one memory row: the scatter back is the gather's gradient.
+  Tensor d = be.empty({r, columns, doutput.size(2)}, doutput.dtype());
+  Tensor d_rows = nn::rows_of(d);
+  be.embedding_backward(run.output_rows, nn::rows_of(doutput), 0, d_rows, false);
 
   nn::LayerContext encoder_ctx = ctx;
   encoder_ctx.site_base = ctx.site_base + first_site + cca.dropout_sites();

@@ -22,26 +22,12 @@ namespace megatron::retro {
 // position embeddings of neighbor_tokens viewed (B l k, r)). Its gradient is added when asked.
 inline constexpr const char* kNeighborEmbeddings = "retro_neighbor_embeddings";
 
-// How the encoder's output (r, B l k, h), column (b l + c) k + j, becomes the chunked
-// cross-attention's memory (r k, B l, h), whose column b l + c chunk c of sample b attends to.
-enum class EncoderOutputLayout {
-  // Row t k + j of column b l + c is token t of neighbour j of that chunk: every chunk attends to
-  // its own neighbours, so chunk c's neighbours (retrieved with its tokens) reach no position
-  // before its last token.
-  per_chunk,
-  // Megatron-core's `reshape(r * k, bs * l, d)` of the memory as it lies: a column then mixes
-  // neighbours of other chunks, later ones included, which lets positions see neighbours
-  // retrieved with tokens they are predicting. Kept to reproduce Megatron's numbers.
-  megatron_reshape,
-};
-
 // The retrieval encoder's own settings (retro_encoder_num_layers, retro_encoder_hidden_dropout,
-// retro_encoder_attention_dropout) and its output's layout (retro_encoder_output_layout).
+// retro_encoder_attention_dropout).
 struct EncoderSettings {
   std::int64_t num_layers = 2;
   float hidden_dropout = 0.1f;
   float attention_dropout = 0.1f;
-  EncoderOutputLayout output_layout = EncoderOutputLayout::per_chunk;
 };
 
 class RetrieverCrossAttention : public nn::Mixer {
@@ -70,8 +56,11 @@ class RetrieverCrossAttention : public nn::Mixer {
   // tokens c m ... c m + m - 1.
   static std::vector<std::int32_t> chunk_context_rows(std::int64_t seq, std::int64_t batch,
                                                       std::int64_t chunk_length);
-  // The per-chunk layout as rows of the encoder output (r B l k rows): row (t k + j) B l + col of
-  // the memory is row t B l k + col k + j.
+  // The encoder output (r, B l k, h), column (b l + c) k + j, as the chunked cross-attention's
+  // memory (r k, B l, h): row (t k + j) B l + col of the memory is row t B l k + col k + j of the
+  // output, so column b l + c holds exactly chunk c's k neighbours. Megatron gets the same memory
+  // from its reshape because RetroEncoderBiasDropoutAdd stacks the encoder's columns
+  // neighbour-major (j B l + b l + c); ours stay neighbour-fastest, hence this gather.
   static std::vector<std::int32_t> per_chunk_rows(std::int64_t retrieved, std::int64_t columns,
                                                   std::int64_t neighbors);
 

@@ -27,12 +27,7 @@ void declare_retro_config(config::TableSchema& schema) {
       .real("retro_encoder_hidden_dropout", 0.1, "the retrieval encoder's hidden dropout",
             Range::between(0, 1))
       .real("retro_encoder_attention_dropout", 0.1, "the retrieval encoder's attention dropout",
-            Range::between(0, 1))
-      .string("retro_encoder_output_layout", "per_chunk",
-              "per_chunk: each chunk attends to its own neighbours; megatron: Megatron-core's "
-              "reshape of the encoder output, which mixes other (later) chunks' neighbours into "
-              "a chunk's",
-              {"per_chunk", "megatron"});
+            Range::between(0, 1));
   schema.rule([](const config::ConfigTable& t) {
     if (retro_layer_numbers(t.integer("num_layers")).empty()) {
       t.fail("num_layers",
@@ -52,9 +47,6 @@ RetroConfig parse_retro_config(const config::ConfigTable& t) {
   c.encoder.num_layers = t.integer("retro_encoder_num_layers");
   c.encoder.hidden_dropout = static_cast<float>(t.real("retro_encoder_hidden_dropout"));
   c.encoder.attention_dropout = static_cast<float>(t.real("retro_encoder_attention_dropout"));
-  c.encoder.output_layout = t.string("retro_encoder_output_layout") == "megatron"
-                                ? EncoderOutputLayout::megatron_reshape
-                                : EncoderOutputLayout::per_chunk;
   return c;
 }
 
