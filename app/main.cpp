@@ -1,4 +1,5 @@
 // megatron-app: dispatches to a subcommand and turns errors into messages and exit codes.
+#include <algorithm>
 #include <csignal>
 #include <iostream>
 #include <string>
@@ -31,7 +32,9 @@ void print_usage() {
     std::cout << "  " << c.name << std::string(12 - std::string(c.name).size(), ' ') << c.summary
               << "\n";
   std::cout << "\n`megatron-app COMMAND --help` shows a command's options; without a COMMAND,\n"
-               "`train` runs: megatron-app --config configs/gpt_tiny.toml\n";
+               "`train` runs: megatron-app --config configs/gpt_tiny.toml\n"
+               "A dataset plugin may add commands, run with the config that selects it, e.g.\n"
+               "`megatron-app retro build-db --config configs/retro_tiny.toml`.\n";
 }
 
 const Command* find_command(const std::string& name) {
@@ -55,15 +58,22 @@ int main(std::vector<std::string> args) {
   }
 
   const Command* command = find_command("train");
+  std::string plugin_command;  // a command the config's [data] plugin adds
   if (args[0].rfind("-", 0) != 0) {
     command = find_command(args[0]);
-    if (!command) {
+    const bool has_config = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+      return a == "--config" || a == "-c" || a.rfind("--config=", 0) == 0;
+    });
+    if (!command && has_config) {
+      plugin_command = args[0];
+    } else if (!command) {
       std::vector<std::string> names;
       for (const auto& c : commands())
         names.push_back(c.name);
       const std::string guess = config::suggest(args[0], names);
       std::cerr << "megatron-app: error: unknown command '" << args[0] << "'"
-                << (guess.empty() ? "" : "; did you mean '" + guess + "'?") << "\n";
+                << (guess.empty() ? "" : "; did you mean '" + guess + "'?")
+                << " (a command a dataset plugin adds, such as `retro`, needs --config)\n";
       print_usage();
       return 2;
     }
@@ -75,6 +85,7 @@ int main(std::vector<std::string> args) {
   std::string message;
   try {
     runtime = std::make_unique<MpiRuntime>();
+    if (!plugin_command.empty()) return run_plugin_command(*runtime, plugin_command, args);
     return command->run(*runtime, args);
   } catch (const ConfigError& e) {
     exit_code = 2, message = e.what();

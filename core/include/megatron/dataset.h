@@ -5,6 +5,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "megatron/batch.h"
 #include "megatron/data/split.h"
@@ -12,6 +15,17 @@
 #include "megatron/tokenizer/tokenizer.h"
 
 namespace megatron {
+
+// A command a dataset plugin adds to megatron-app: `megatron-app NAME ARGS... --config FILE`
+// runs it on every rank with the plugin the config's [data] table selects, created but not
+// built (Retro's `retro build-db`, `retro query`...). `run` gets the words after NAME other than
+// the host's own options (--config, --set, --log-level) and returns the exit code; it throws
+// UsageError / ConfigError / Error as the host's commands do.
+struct DatasetCommand {
+  std::string name;
+  std::string summary;
+  std::function<int(const std::vector<std::string>& args)> run;
+};
 
 class Dataset : public Plugin {
  public:
@@ -29,6 +43,8 @@ class Dataset : public Plugin {
   // Fills every field of sample `index` of `split` into `out` (slots laid out by sample_fields()).
   // Thread-safe.
   virtual void get(data::Split split, std::int64_t index, const SampleSlots& out) const = 0;
+  // The commands this plugin adds (API 6); none by default.
+  virtual std::vector<DatasetCommand> commands() { return {}; }
 };
 
 }  // namespace megatron

@@ -1,0 +1,277 @@
+// The chunk database: per-block chunking and BERT re-tokenization, the blocks shared over ranks
+// and resumed from the files already written, and rank 0's merge into the train database.
+#include "chunk_db.h"
+
+#include <chrono>
+#include <exception>
+#include <optional>
+
+#include "megatron/data/indexed_dataset.h"
+#include "megatron/error.h"
+#include "megatron/io/array_file.h"
+
+namespace megatron::retro_data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A block of consecutive documents of one dataset and the file it is written to.
+struct Block {
+  std::size_t dataset = 0;
+  std::int64_t first = 0, last = 0;  // documents [first, last)
+  fs::path file;
+};
+
+std::string file_sizes(const std::string& prefix) {
+  return std::to_string(fs::file_size(prefix + ".idx")) + " + " +
+         std::to_string(fs::file_size(prefix + ".bin")) + " bytes";
+}
+
+const data::BlendSpec& data_path_blend(const RetroDataOptions& options) {
+  if (!options.gpt.blends.blend) {
+    throw ConfigError(
+        "[data] data_path: Retro's chunk database is built from the data_path blend (as "
+        "Megatron's); per-split train/valid/test_data_path are not supported by `retro`");
+  }
+  return *options.gpt.blends.blend;
+}
+
+// The fraction of each dataset's documents that are train documents (the split's first weight).
+double train_fraction(const RetroDataOptions& options) {
+  const auto& train = options.gpt.blends.split_matrix[0];
+  return train ? train->end - train->begin : 0.0;
+}
+
+// Blocks of retro_doc_block_size sequences of each dataset (Megatron's doc ids).
+std::vector<Block> plan_blocks(const RetroDataOptions& options,
+                               const std::vector<std::int64_t>& sequences) {
+  const data::BlendSpec& blend = data_path_blend(options);
+  std::vector<Block> blocks;
+  for (std::size_t d = 0; d < sequences.size(); ++d) {
+    const fs::path dir =
+        options.workdir / "db" /
+        (std::to_string(d) + "_" + fs::path(blend.prefixes[d]).filename().string());
+    for (std::int64_t first = 0; first < sequences[d]; first += options.doc_block_size) {
+      const std::int64_t last = std::min(sequences[d], first + options.doc_block_size);
+      blocks.push_back(
+          {d, first, last, dir / (std::to_string(first) + "-" + std::to_string(last) + ".h5")});
+    }
+  }
+  return blocks;
+}
+
+// The chunks of one block: [doc, start, end, bert length] rows, valid and invalid, and per
+// document the running count of valid chunks.
+std::map<std::string, Tensor> chunk_block(const IndexedDataset& dataset, const Block& block,
+                                          std::int64_t chunk_length, const Tokenizer& gpt,
+                                          const Tokenizer& bert) {
+  std::vector<std::int64_t> valid, invalid, offsets;
+  std::int64_t valid_count = 0;
+  std::vector<TokenId> bert_ids;
+  for (std::int64_t doc = block.first; doc < block.last; ++doc) {
+    std::vector<std::int64_t> tokens = dataset.get(static_cast<std::size_t>(doc));
+    if (!tokens.empty() && tokens.back() == gpt.eod()) tokens.pop_back();
+    const auto length = static_cast<std::int64_t>(tokens.size());
+    for (std::int64_t start = 0; start < length; start += chunk_length) {
+      const std::int64_t end = std::min(length, start + chunk_length);
+      const std::vector<TokenId> ids(tokens.begin() + start, tokens.begin() + end);
+      bert_ids.clear();
+      bert.encode(gpt.decode(ids), bert_ids);
+      const auto bert_length = static_cast<std::int64_t>(bert_ids.size());
+      auto& rows = bert_length == 0 ? invalid : valid;
+      rows.insert(rows.end(), {doc, start, end, bert_length});
+      if (bert_length > 0) ++valid_count;
+    }
+    offsets.insert(offsets.end(), {doc, valid_count});
+  }
+  auto table = [](const std::vector<std::int64_t>& v, std::int64_t columns) {
+    return Tensor::from(v, {static_cast<std::int64_t>(v.size()) / columns, columns});
+  };
+  return {{"chunks_valid", table(valid, 4)},
+          {"chunks_invalid", table(invalid, 4)},
+          {"doc_offsets", table(offsets, 2)}};
+}
+
+// True when the block's file exists and was made from these settings (ConfigError when made
+// from others). A file that exists is complete (written atomically).
+bool block_done(const Block& block, const StageSettings& settings) {
+  if (!fs::exists(block.file)) return false;
+  check_settings(block.file, io::read_array_attributes(block.file), settings);
+  return true;
+}
+
+// Runs `work` on every rank; rethrows on each rank the first failure of any rank (its own
+// exception where it failed, an Error elsewhere), so all ranks stop together.
+void on_all_ranks(ParallelState& parallel, const std::function<void()>& work) {
+  std::exception_ptr failure;
+  try {
+    work();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  std::vector<std::int32_t> failed{failure ? 1 : 0};
+  parallel.comm(Group::world).all_reduce(failed, ReduceOp::max);
+  if (failure) std::rethrow_exception(failure);
+  if (failed[0] != 0) throw Error("retro build-db: another rank failed (its message says why)");
+}
+
+void merge_blocks(const RetroDataOptions& options, const std::vector<Block>& blocks,
+                  const std::vector<std::int64_t>& docs, const StageSettings& settings,
+                  Logger& log) {
+  const double fraction = train_fraction(options);
+  std::vector<std::int64_t> chunks, offsets, stats;
+  std::int64_t chunk_end = 0;
+  for (std::size_t d = 0; d < docs.size(); ++d) {
+    const std::int64_t docs_train =
+        static_cast<std::int64_t>(fraction * static_cast<double>(docs[d]));
+    std::int64_t valid = 0, train = 0, dropped = 0;
+    const auto first_chunk = static_cast<std::int64_t>(chunks.size()) / kChunkColumns;
+    for (const Block& block : blocks) {
+      if (block.dataset != d) continue;
+      const Tensor rows = io::read_array(block.file, "chunks_valid");
+      const Tensor doc_offsets = io::read_array(block.file, "doc_offsets");
+      dropped += io::array_shape(block.file, "chunks_invalid")[0];
+      const std::int64_t* r = rows.data<std::int64_t>();
+      for (std::int64_t i = 0; i < rows.size(0); ++i, ++valid) {
+        if (r[i * 4] >= docs_train) continue;
+        chunks.insert(chunks.end(), {static_cast<std::int64_t>(d), r[i * 4], r[i * 4 + 1],
+                                     r[i * 4 + 2], r[i * 4 + 3]});
+        ++train;
+      }
+      const std::int64_t* o = doc_offsets.data<std::int64_t>();
+      std::int64_t block_start = chunk_end;
+      for (std::int64_t i = 0; i < doc_offsets.size(0) && o[i * 2] < docs_train; ++i) {
+        chunk_end = block_start + o[i * 2 + 1];
+        offsets.insert(offsets.end(), {static_cast<std::int64_t>(d), o[i * 2], chunk_end});
+      }
+    }
+    stats.insert(stats.end(), {docs[d], docs_train, valid, train, dropped, first_chunk});
+    log.info(
+        "retro build-db: dataset {} ({}): {} documents ({} train), {} chunks ({} of train "
+        "documents), {} dropped for empty BERT text",
+        d, data_path_blend(options).prefixes[d], docs[d], docs_train, valid, train, dropped);
+  }
+  auto table = [](const std::vector<std::int64_t>& v, std::int64_t columns) {
+    return Tensor::from(v, {static_cast<std::int64_t>(v.size()) / columns, columns});
+  };
+  io::write_array_file(chunk_db_file(options),
+                       {{"chunks", table(chunks, kChunkColumns)},
+                        {"doc_offsets", table(offsets, 3)},
+                        {"datasets", table(stats, kDatasetColumns)}},
+                       settings);
+}
+
+}  // namespace
+
+StageSettings chunk_db_settings(const RetroDataOptions& options) {
+  const data::BlendSpec& blend = data_path_blend(options);
+  StageSettings s;
+  for (std::size_t d = 0; d < blend.prefixes.size(); ++d) {
+    s["data_path." + std::to_string(d)] =
+        blend.prefixes[d] + " (" + file_sizes(blend.prefixes[d]) + ")";
+  }
+  s["split"] = options.gpt.blends.split.value_or("");
+  s["tokenizer_type"] = options.gpt.tokenizer_type;
+  s["vocab_file"] = options.gpt.tokenizer_files.vocab_file;
+  s["merge_file"] = options.gpt.tokenizer_files.merge_file;
+  s["tokenizer_model"] = options.gpt.tokenizer_files.tokenizer_model;
+  s["retro_chunk_length"] = std::to_string(options.chunk_length);
+  s["retro_doc_block_size"] = std::to_string(options.doc_block_size);
+  s["retro_bert_tokenizer_type"] = options.bert_tokenizer_type;
+  s["retro_bert_vocab_file"] = options.bert_tokenizer_files.vocab_file;
+  return s;
+}
+
+void check_settings(const fs::path& file, const StageSettings& stored,
+                    const StageSettings& wanted) {
+  for (const auto& [key, value] : wanted) {
+    const auto it = stored.find(key);
+    const std::string was = it == stored.end() ? "(not recorded)" : it->second;
+    if (was != value) {
+      throw ConfigError("[data] " + key + ": the retro workdir's " + file.string() +
+                        " was built for " + key + " = " + was + ", the config gives " + value +
+                        "; use another retro_workdir, or remove the workdir to rebuild");
+    }
+  }
+  for (const auto& [key, value] : stored) {
+    if (!wanted.count(key)) {
+      throw ConfigError("[data] data_path: the retro workdir's " + file.string() +
+                        " was built with " + key + " = " + value +
+                        ", which the config does not have; use another retro_workdir");
+    }
+  }
+}
+
+fs::path chunk_db_file(const RetroDataOptions& options) {
+  return options.workdir / "db" / "chunks.h5";
+}
+
+void build_chunk_db(const RetroDataOptions& options, ParallelState& parallel, Logger& log) {
+  const StageSettings settings = chunk_db_settings(options);
+  const fs::path merged = chunk_db_file(options);
+  bool done = false;
+  on_all_ranks(parallel, [&] {
+    if (fs::exists(merged)) {
+      check_settings(merged, io::read_array_attributes(merged), settings);
+      done = true;
+    }
+  });
+  if (done) {
+    log.info("retro build-db: {} is complete for these settings; nothing to do", merged.string());
+    return;
+  }
+  const data::BlendSpec& blend = data_path_blend(options);
+  std::vector<std::unique_ptr<IndexedDataset>> datasets;
+  std::vector<std::int64_t> sequences, docs;
+  for (const std::string& prefix : blend.prefixes) {
+    datasets.push_back(std::make_unique<IndexedDataset>(prefix));
+    sequences.push_back(static_cast<std::int64_t>(datasets.back()->size()));
+    docs.push_back(static_cast<std::int64_t>(datasets.back()->document_count()));
+  }
+  const std::vector<Block> blocks = plan_blocks(options, sequences);
+  on_all_ranks(parallel, [&] {
+    const auto gpt = make_tokenizer(options.gpt.tokenizer_type, options.gpt.tokenizer_files);
+    const auto bert = make_tokenizer(options.bert_tokenizer_type, options.bert_tokenizer_files);
+    const int rank = parallel.world_rank(), ranks = parallel.world_size();
+    for (std::size_t b = static_cast<std::size_t>(rank); b < blocks.size();
+         b += static_cast<std::size_t>(ranks)) {
+      const Block& block = blocks[b];
+      if (block_done(block, settings)) {
+        log.info("retro build-db: block {}/{} ({}) already built", b + 1, blocks.size(),
+                 block.file.filename().string());
+        continue;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      io::write_array_file(
+          block.file,
+          chunk_block(*datasets[block.dataset], block, options.chunk_length, *gpt, *bert),
+          settings);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      log.info("retro build-db: block {}/{}: dataset {}, documents {}-{} ({:.0f} documents/s)",
+               b + 1, blocks.size(), block.dataset, block.first, block.last,
+               static_cast<double>(block.last - block.first) / std::max(seconds, 1e-9));
+    }
+  });
+  on_all_ranks(parallel, [&] {
+    if (parallel.world_rank() == 0) merge_blocks(options, blocks, docs, settings, log);
+  });
+}
+
+ChunkDb read_chunk_db(const RetroDataOptions& options) {
+  const fs::path file = chunk_db_file(options);
+  if (!fs::exists(file)) {
+    throw ConfigError("[data] retro_workdir: " + options.workdir.string() +
+                      " has no chunk database (" + file.string() +
+                      "); run `megatron-app retro build-db` with this config first");
+  }
+  check_settings(file, io::read_array_attributes(file), chunk_db_settings(options));
+  ChunkDb db;
+  db.chunks = io::read_array(file, "chunks");
+  db.datasets = io::read_array(file, "datasets");
+  db.prefixes = data_path_blend(options).prefixes;
+  return db;
+}
+
+}  // namespace megatron::retro_data

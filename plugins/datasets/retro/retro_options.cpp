@@ -1,0 +1,59 @@
+// The retro dataset's keys: the gpt dataset's, then Megatron's --retro-* preprocessing arguments
+// (snake_case) with their defaults.
+#include "retro_options.h"
+
+#include "megatron/error.h"
+
+namespace megatron::retro_data {
+
+void declare_retro_data_config(config::TableSchema& s) {
+  using config::Range;
+  gpt_data::declare_gpt_data_config(s);
+  s.add({"retro_workdir",
+         config::ValueKind::path,
+         config::Presence::required,
+         std::string{},
+         {},
+         {},
+         "folder of the retrieval pipeline's outputs (Megatron's retro_project_dir): the chunk "
+         "database, and later the embeddings, index and neighbours"})
+      .integer("retro_chunk_length", 64, "GPT tokens per chunk", Range::at_least(1))
+      .integer("retro_num_neighbors", 2, "neighbours per chunk in a sample (k)", Range::at_least(1))
+      .integer("retro_num_retrieved_chunks", 2,
+               "chunks per neighbour: the neighbour and its continuation (r = this x "
+               "retro_chunk_length tokens)",
+               Range::at_least(1))
+      .integer("retro_doc_block_size", 100000,
+               "documents per chunk-database block file (the unit an interrupted build-db "
+               "resumes from)",
+               Range::at_least(1))
+      .string("retro_bert_tokenizer_type", "BertWordPieceLowerCase",
+              "the tokenizer chunks are re-tokenized with for BERT",
+              {"BertWordPieceLowerCase", "BertWordPieceCase"})
+      .optional_path("retro_bert_vocab_file", "the BERT WordPiece vocabulary");
+}
+
+RetroDataOptions read_retro_data_options(const config::ConfigTable& t,
+                                         const config::CoreConfig& core) {
+  RetroDataOptions o;
+  o.gpt = gpt_data::read_gpt_data_options(t, core);
+  o.workdir = std::filesystem::absolute(t.string("retro_workdir")).lexically_normal();
+  o.chunk_length = t.integer("retro_chunk_length");
+  o.num_neighbors = t.integer("retro_num_neighbors");
+  o.num_retrieved_chunks = t.integer("retro_num_retrieved_chunks");
+  o.doc_block_size = t.integer("retro_doc_block_size");
+  o.bert_tokenizer_type = t.string("retro_bert_tokenizer_type");
+  if (!t.has("retro_bert_vocab_file")) {
+    t.fail("retro_bert_vocab_file",
+           "the chunk database re-tokenizes each chunk with BERT's WordPiece vocabulary; name "
+           "its file (e.g. data/bert-base-uncased-vocab.txt)");
+  }
+  o.bert_tokenizer_files.vocab_file =
+      std::filesystem::absolute(t.string("retro_bert_vocab_file")).lexically_normal().string();
+  if (!std::filesystem::is_regular_file(o.bert_tokenizer_files.vocab_file)) {
+    t.fail("retro_bert_vocab_file", "no such file: " + o.bert_tokenizer_files.vocab_file);
+  }
+  return o;
+}
+
+}  // namespace megatron::retro_data

@@ -1,0 +1,28 @@
+// The [data] table of the `retro` dataset plugin: the `gpt` dataset's keys (Retro trains on the
+// same samples) and Megatron's Retro preprocessing arguments for the stages built so far.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "gpt_options.h"
+
+namespace megatron::retro_data {
+
+struct RetroDataOptions {
+  gpt_data::GptDataOptions gpt;
+  std::filesystem::path workdir;          // retro_workdir: every stage's outputs
+  std::int64_t chunk_length = 64;         // retro_chunk_length: GPT tokens per chunk
+  std::int64_t num_neighbors = 2;         // retro_num_neighbors: k per chunk in a sample
+  std::int64_t num_retrieved_chunks = 2;  // retro_num_retrieved_chunks: neighbour + continuation
+  std::int64_t doc_block_size = 0;        // retro_doc_block_size: documents per DB block file
+  std::string bert_tokenizer_type;        // retro_bert_tokenizer_type
+  TokenizerFiles bert_tokenizer_files;    // retro_bert_vocab_file
+};
+
+void declare_retro_data_config(config::TableSchema& schema);
+RetroDataOptions read_retro_data_options(const config::ConfigTable& table,
+                                         const config::CoreConfig& core);
+
+}  // namespace megatron::retro_data
