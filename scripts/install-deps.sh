@@ -19,11 +19,13 @@ build_packages=(
   libspdlog-dev libfmt-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake needs OpenCL headers
+  libfaiss-dev  # Retro's retrieval index (a static, PIC library with a CMake config)
 )
 test_packages=(
   git clang-format hdf5-tools
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-h5py python3-torch python3-regex
+  python3-faiss  # reads Retro's index files independently of the C++ side
   sentencepiece  # spm_encode / spm_train: the SentencePiece tokenizer tests' reference
   clang libclang-rt-dev libomp-dev  # libFuzzer targets (fuzz/): clang, its fuzzer runtime, OpenMP
 )

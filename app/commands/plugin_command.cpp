@@ -5,8 +5,10 @@
 
 #include "cli.h"
 #include "commands/commands.h"
+#include "megatron/config/raw_config.h"
 #include "megatron/dataset.h"
 #include "megatron/error.h"
+#include "megatron/model.h"
 #include "plugin_objects.h"
 #include "session.h"
 
@@ -38,6 +40,43 @@ std::vector<std::string> split_host_options(const std::string& name,
   }
 }
 
+// A model plugin created from a whole config's text: the host's `create_model` service. The
+// configs stay alive as long as the command, since a plugin may keep references into its table.
+class ModelFactory {
+ public:
+  ModelFactory(Session& session, ParallelState& parallel)
+      : session_(session), parallel_(parallel) {}
+
+  std::unique_ptr<Model> create(const std::string& config_toml, const std::string& origin) {
+    configs_.push_back(std::make_unique<config::Config>(
+        config::Config::from_raw(config::RawConfig::load_string(config_toml, origin))));
+    config::Config& cfg = *configs_.back();
+    const config::RawTable* raw = cfg.raw().find("model");
+    const auto type = raw ? raw->keys.find("type") : decltype(raw->keys.find("type")){};
+    if (!raw || type == raw->keys.end() || type->second.type != config::RawValue::Type::string) {
+      throw ConfigError(origin + ": no [model] table naming a model plugin (type = \"...\")");
+    }
+    const PluginRecord& record =
+        session_.catalog.require(PluginKind::model, type->second.string, type->second.where);
+    PluginContext context{*session_.log, parallel_,
+                          cfg.validate_plugin_table(session_.catalog.config_schema(record)),
+                          cfg.core()};
+    std::unique_ptr<Plugin> object = session_.catalog.create(record, context);
+    auto* model = dynamic_cast<Model*>(object.get());
+    if (!model) {
+      throw PluginError("model plugin '" + record.name + "' (" + record.file.string() +
+                        ") created an object that does not implement megatron::Model");
+    }
+    object.release();
+    return std::unique_ptr<Model>(model);
+  }
+
+ private:
+  Session& session_;
+  ParallelState& parallel_;
+  std::vector<std::unique_ptr<config::Config>> configs_;
+};
+
 }  // namespace
 
 int run_plugin_command(MpiRuntime& runtime, const std::string& name,
@@ -55,9 +94,14 @@ int run_plugin_command(MpiRuntime& runtime, const std::string& name,
   auto dataset =
       create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset", "type = \"retro\"");
   std::vector<DatasetCommand> offered = dataset->commands();
+  ModelFactory models(session, parallel);
+  CommandServices services;
+  services.create_model = [&models](const std::string& toml, const std::string& origin) {
+    return models.create(toml, origin);
+  };
   std::string names;
   for (const DatasetCommand& command : offered) {
-    if (command.name == name) return command.run(rest);
+    if (command.name == name) return command.run(rest, services);
     names += (names.empty() ? "" : ", ") + command.name;
   }
   throw UsageError("megatron-app " + name + ": not a built-in command, and the [data] plugin '" +

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,15 +17,26 @@
 
 namespace megatron {
 
+class Model;
+
+// What the host lends a dataset command.
+struct CommandServices {
+  // The model plugin a whole config's [model] table selects (e.g. the config a checkpoint was
+  // saved with), created through the host's plugin catalog with the command's parallel state and
+  // logger, not built. `origin` names the config in errors. Throws ConfigError / PluginError.
+  std::function<std::unique_ptr<Model>(const std::string& config_toml, const std::string& origin)>
+      create_model;
+};
+
 // A command a dataset plugin adds to megatron-app: `megatron-app NAME ARGS... --config FILE`
 // runs it on every rank with the plugin the config's [data] table selects, created but not
-// built (Retro's `retro build-db`, `retro query`...). `run` gets the words after NAME other than
+// built (Retro's `retro build-db`, `retro embed`...). `run` gets the words after NAME other than
 // the host's own options (--config, --set, --log-level) and returns the exit code; it throws
 // UsageError / ConfigError / Error as the host's commands do.
 struct DatasetCommand {
   std::string name;
   std::string summary;
-  std::function<int(const std::vector<std::string>& args)> run;
+  std::function<int(const std::vector<std::string>& args, const CommandServices& services)> run;
 };
 
 class Dataset : public Plugin {

@@ -3,7 +3,6 @@
 #include "chunk_db.h"
 
 #include <chrono>
-#include <exception>
 #include <optional>
 
 #include "megatron/data/indexed_dataset.h"
@@ -93,29 +92,9 @@ std::map<std::string, Tensor> chunk_block(const IndexedDataset& dataset, const B
           {"doc_offsets", table(offsets, 2)}};
 }
 
-// True when the block's file exists and was made from these settings (ConfigError when made
-// from others). A file that exists is complete (written atomically).
-bool block_done(const Block& block, const StageSettings& settings) {
-  if (!fs::exists(block.file)) return false;
-  check_settings(block.file, io::read_array_attributes(block.file), settings);
-  return true;
-}
-
-// Runs `work` on every rank; rethrows on each rank the first failure of any rank (its own
-// exception where it failed, an Error elsewhere), so all ranks stop together.
-void on_all_ranks(ParallelState& parallel, const std::function<void()>& work) {
-  std::exception_ptr failure;
-  try {
-    work();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  std::vector<std::int32_t> failed{failure ? 1 : 0};
-  parallel.comm(Group::world).all_reduce(failed, ReduceOp::max);
-  if (failure) std::rethrow_exception(failure);
-  if (failed[0] != 0) throw Error("retro build-db: another rank failed (its message says why)");
-}
-
+// `docs`: each dataset's documents as Megatron's update_chunk_counts counts them
+// (len(document_indices) - 1), of which the first int(train fraction x docs) are train documents;
+// the blocks, like Megatron's, walk the sequences (the same thing in a GPT dataset).
 void merge_blocks(const RetroDataOptions& options, const std::vector<Block>& blocks,
                   const std::vector<std::int64_t>& docs, const StageSettings& settings,
                   Logger& log) {
@@ -183,26 +162,6 @@ StageSettings chunk_db_settings(const RetroDataOptions& options) {
   return s;
 }
 
-void check_settings(const fs::path& file, const StageSettings& stored,
-                    const StageSettings& wanted) {
-  for (const auto& [key, value] : wanted) {
-    const auto it = stored.find(key);
-    const std::string was = it == stored.end() ? "(not recorded)" : it->second;
-    if (was != value) {
-      throw ConfigError("[data] " + key + ": the retro workdir's " + file.string() +
-                        " was built for " + key + " = " + was + ", the config gives " + value +
-                        "; use another retro_workdir, or remove the workdir to rebuild");
-    }
-  }
-  for (const auto& [key, value] : stored) {
-    if (!wanted.count(key)) {
-      throw ConfigError("[data] data_path: the retro workdir's " + file.string() +
-                        " was built with " + key + " = " + value +
-                        ", which the config does not have; use another retro_workdir");
-    }
-  }
-}
-
 fs::path chunk_db_file(const RetroDataOptions& options) {
   return options.workdir / "db" / "chunks.h5";
 }
@@ -211,7 +170,7 @@ void build_chunk_db(const RetroDataOptions& options, ParallelState& parallel, Lo
   const StageSettings settings = chunk_db_settings(options);
   const fs::path merged = chunk_db_file(options);
   bool done = false;
-  on_all_ranks(parallel, [&] {
+  on_all_ranks(parallel, "build-db", [&] {
     if (fs::exists(merged)) {
       check_settings(merged, io::read_array_attributes(merged), settings);
       done = true;
@@ -230,14 +189,14 @@ void build_chunk_db(const RetroDataOptions& options, ParallelState& parallel, Lo
     docs.push_back(static_cast<std::int64_t>(datasets.back()->document_count()));
   }
   const std::vector<Block> blocks = plan_blocks(options, sequences);
-  on_all_ranks(parallel, [&] {
+  on_all_ranks(parallel, "build-db", [&] {
     const auto gpt = make_tokenizer(options.gpt.tokenizer_type, options.gpt.tokenizer_files);
     const auto bert = make_tokenizer(options.bert_tokenizer_type, options.bert_tokenizer_files);
     const int rank = parallel.world_rank(), ranks = parallel.world_size();
     for (std::size_t b = static_cast<std::size_t>(rank); b < blocks.size();
          b += static_cast<std::size_t>(ranks)) {
       const Block& block = blocks[b];
-      if (block_done(block, settings)) {
+      if (stage_file_done(block.file, settings)) {
         log.info("retro build-db: block {}/{} ({}) already built", b + 1, blocks.size(),
                  block.file.filename().string());
         continue;
@@ -254,7 +213,7 @@ void build_chunk_db(const RetroDataOptions& options, ParallelState& parallel, Lo
                static_cast<double>(block.last - block.first) / std::max(seconds, 1e-9));
     }
   });
-  on_all_ranks(parallel, [&] {
+  on_all_ranks(parallel, "build-db", [&] {
     if (parallel.world_rank() == 0) merge_blocks(options, blocks, docs, settings, log);
   });
 }
@@ -266,8 +225,9 @@ ChunkDb read_chunk_db(const RetroDataOptions& options) {
                       " has no chunk database (" + file.string() +
                       "); run `megatron-app retro build-db` with this config first");
   }
-  check_settings(file, io::read_array_attributes(file), chunk_db_settings(options));
   ChunkDb db;
+  db.settings = chunk_db_settings(options);
+  check_settings(file, io::read_array_attributes(file), db.settings);
   db.chunks = io::read_array(file, "chunks");
   db.datasets = io::read_array(file, "datasets");
   db.prefixes = data_path_blend(options).prefixes;

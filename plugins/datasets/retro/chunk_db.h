@@ -15,6 +15,7 @@
 #include "megatron/log.h"
 #include "megatron/parallel/parallel_state.h"
 #include "megatron/tensor/tensor.h"
+#include "pipeline_stage.h"
 #include "retro_options.h"
 
 namespace megatron::retro_data {
@@ -32,13 +33,8 @@ enum DatasetColumn {
   kDatasetColumns
 };
 
-// What a stage's outputs were made from, stored with them as attributes: a stage refuses a
-// workdir whose outputs were made from other settings, naming the first difference.
-using StageSettings = std::map<std::string, std::string>;
+// What the database is made from (stored with its files; the later stages' files add theirs).
 StageSettings chunk_db_settings(const RetroDataOptions& options);
-// ConfigError when `stored` (read from `file`) differs from `wanted`.
-void check_settings(const std::filesystem::path& file, const StageSettings& stored,
-                    const StageSettings& wanted);
 
 // The merged database file.
 std::filesystem::path chunk_db_file(const RetroDataOptions& options);
@@ -50,8 +46,9 @@ void build_chunk_db(const RetroDataOptions& options, ParallelState& parallel, Lo
 
 // The merged database, read back.
 struct ChunkDb {
-  Tensor chunks;    // (n, kChunkColumns) i64
-  Tensor datasets;  // (datasets, kDatasetColumns) i64
+  StageSettings settings;  // what it was made from
+  Tensor chunks;           // (n, kChunkColumns) i64
+  Tensor datasets;         // (datasets, kDatasetColumns) i64
   std::vector<std::string> prefixes;
 };
 // Reads it; ConfigError naming the stage to run when it is missing or was built from other

@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "chunk_db.h"
+#include "embed_stage.h"
+#include "index_stage.h"
 #include "megatron/error.h"
 
 namespace megatron::retro_data {
@@ -17,7 +19,11 @@ constexpr const char* kStages =
     "data or settings, naming the difference.\n\n"
     "stages:\n"
     "  build-db   the chunk database: each document cut into retro_chunk_length GPT tokens,\n"
-    "             re-tokenized with BERT WordPiece (empty ones dropped); Megatron's train DB\n";
+    "             re-tokenized with BERT WordPiece (empty ones dropped); Megatron's train DB\n"
+    "  embed      each chunk's BERT embedding (retro_bert_load): the mean of the final hidden\n"
+    "             states between [CLS] and [SEP], as Megatron's --output-bert-embeddings\n"
+    "  index      a Faiss index (retro_index_str) trained on retro_index_ntrain chunks'\n"
+    "             embeddings, holding every chunk\n";
 
 }  // namespace
 
@@ -53,10 +59,12 @@ void RetroDataset::get(data::Split, std::int64_t, const SampleSlots&) const {
 
 std::vector<DatasetCommand> RetroDataset::commands() {
   return {{"retro", "build Retro's retrieval pipeline (build-db ...) in retro_workdir",
-           [this](const std::vector<std::string>& args) { return run_stage(args); }}};
+           [this](const std::vector<std::string>& args, const CommandServices& services) {
+             return run_stage(args, services);
+           }}};
 }
 
-int RetroDataset::run_stage(const std::vector<std::string>& args) {
+int RetroDataset::run_stage(const std::vector<std::string>& args, const CommandServices& services) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     if (parallel_.world_rank() == 0) std::cout << kStages;
     return args.empty() ? 2 : 0;
@@ -68,7 +76,16 @@ int RetroDataset::run_stage(const std::vector<std::string>& args) {
     build_chunk_db(options_, parallel_, log_);
     return 0;
   }
-  throw UsageError("megatron-app retro: unknown stage '" + args[0] + "' (stages: build-db)");
+  if (args[0] == "embed") {
+    embed_chunks(options_, services, parallel_, log_);
+    return 0;
+  }
+  if (args[0] == "index") {
+    build_index(options_, parallel_, log_);
+    return 0;
+  }
+  throw UsageError("megatron-app retro: unknown stage '" + args[0] +
+                   "' (stages: build-db, embed, index)");
 }
 
 }  // namespace megatron::retro_data

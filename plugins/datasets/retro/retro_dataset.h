@@ -26,7 +26,7 @@ class RetroDataset final : public Dataset {
   std::vector<DatasetCommand> commands() override;
 
  private:
-  int run_stage(const std::vector<std::string>& args);
+  int run_stage(const std::vector<std::string>& args, const CommandServices& services);
 
   Logger& log_;
   ParallelState& parallel_;

@@ -30,7 +30,25 @@ void declare_retro_data_config(config::TableSchema& s) {
       .string("retro_bert_tokenizer_type", "BertWordPieceLowerCase",
               "the tokenizer chunks are re-tokenized with for BERT",
               {"BertWordPieceLowerCase", "BertWordPieceCase"})
-      .optional_path("retro_bert_vocab_file", "the BERT WordPiece vocabulary");
+      .optional_path("retro_bert_vocab_file", "the BERT WordPiece vocabulary")
+      .optional_path("retro_bert_load",
+                     "the BERT checkpoint (a file or a checkpoint folder) the chunks are embedded "
+                     "with: one trained by this project's `bert` plugin, any layout")
+      .integer("retro_bert_max_chunk_length", 256,
+               "BERT tokens per chunk, [CLS] and [SEP] included (longer chunks are cut)",
+               Range::at_least(3))
+      .integer("retro_bert_batch_size", 128, "chunks per BERT forward when embedding",
+               Range::at_least(1))
+      .optional_string("retro_index_str",
+                       "the Faiss index, as Faiss's index factory names it (Flat, "
+                       "IVF4096,Flat, OPQ32_64,IVF65536_HNSW8,PQ32, ...)")
+      .optional_integer("retro_index_ntrain",
+                        "chunks the index is trained on (each dataset's share by its data_path "
+                        "weight, taken from its first train chunks)",
+                        Range::at_least(1))
+      .integer("retro_block_size", 100000,
+               "chunks per embedding block file (the unit an interrupted embed resumes from)",
+               Range::at_least(1));
 }
 
 RetroDataOptions read_retro_data_options(const config::ConfigTable& t,
@@ -53,6 +71,13 @@ RetroDataOptions read_retro_data_options(const config::ConfigTable& t,
   if (!std::filesystem::is_regular_file(o.bert_tokenizer_files.vocab_file)) {
     t.fail("retro_bert_vocab_file", "no such file: " + o.bert_tokenizer_files.vocab_file);
   }
+  if (t.has("retro_bert_load"))
+    o.bert_load = std::filesystem::absolute(t.string("retro_bert_load")).lexically_normal();
+  o.bert_max_chunk_length = t.integer("retro_bert_max_chunk_length");
+  o.bert_batch_size = t.integer("retro_bert_batch_size");
+  o.block_size = t.integer("retro_block_size");
+  if (t.has("retro_index_str")) o.index_str = t.string("retro_index_str");
+  o.index_ntrain = t.find_integer("retro_index_ntrain").value_or(0);
   return o;
 }
 
