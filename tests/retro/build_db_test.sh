@@ -31,7 +31,7 @@ echo "half a block" > "$work/resumed/db/0_austen_text_document/120-160.h5.partia
 OMP_NUM_THREADS=1 "$app" retro build-db --config "$config" --set "data.retro_workdir=$work/resumed" \
   > "$work/resumed.log" 2>&1
 grep -q "block 3/7: dataset 0, documents 80-120" "$work/resumed.log" || fail "block 3 not rebuilt"
-[ "$(grep -c "already built" "$work/resumed.log")" = 6 ] || fail "the 6 other blocks not kept"
+[ "$(grep -c "already made" "$work/resumed.log")" = 6 ] || fail "the 6 other blocks not kept"
 cmp "$db" "$work/resumed/db/chunks.h5" || fail "resumed database differs"
 
 # Two ranks share the blocks; the merged file is the same.

@@ -57,7 +57,7 @@ echo "half a block" > "$work/resumed/embed/1000-1110.h5.partial"
 "$app" retro embed --config "$config" --set "data.retro_workdir=$work/resumed" \
   --set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=128 \
   --set data.retro_block_size=500 --set "data.retro_bert_load=$work/bert" > "$work/resumed.log" 2>&1
-[ "$(grep -c "already embedded" "$work/resumed.log")" = 2 ] || fail "the 2 other blocks not kept"
+[ "$(grep -c "already made" "$work/resumed.log")" = 2 ] || fail "the 2 other blocks not kept"
 grep -q "block 2/3: chunks 500-1000" "$work/resumed.log" || fail "block 2 not re-embedded"
 
 # Two ranks share the blocks.

@@ -2,7 +2,6 @@
 // and resumed from the files already written, and rank 0's merge into the train database.
 #include "chunk_db.h"
 
-#include <chrono>
 #include <optional>
 
 #include "megatron/data/indexed_dataset.h"
@@ -189,29 +188,19 @@ void build_chunk_db(const RetroDataOptions& options, ParallelState& parallel, Lo
     docs.push_back(static_cast<std::int64_t>(datasets.back()->document_count()));
   }
   const std::vector<Block> blocks = plan_blocks(options, sequences);
-  on_all_ranks(parallel, "build-db", [&] {
-    const auto gpt = make_tokenizer(options.gpt.tokenizer_type, options.gpt.tokenizer_files);
-    const auto bert = make_tokenizer(options.bert_tokenizer_type, options.bert_tokenizer_files);
-    const int rank = parallel.world_rank(), ranks = parallel.world_size();
-    for (std::size_t b = static_cast<std::size_t>(rank); b < blocks.size();
-         b += static_cast<std::size_t>(ranks)) {
-      const Block& block = blocks[b];
-      if (stage_file_done(block.file, settings)) {
-        log.info("retro build-db: block {}/{} ({}) already built", b + 1, blocks.size(),
-                 block.file.filename().string());
-        continue;
-      }
-      const auto start = std::chrono::steady_clock::now();
-      io::write_array_file(
-          block.file,
-          chunk_block(*datasets[block.dataset], block, options.chunk_length, *gpt, *bert),
-          settings);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      log.info("retro build-db: block {}/{}: dataset {}, documents {}-{} ({:.0f} documents/s)",
-               b + 1, blocks.size(), block.dataset, block.first, block.last,
-               static_cast<double>(block.last - block.first) / std::max(seconds, 1e-9));
-    }
+  const auto gpt = make_tokenizer(options.gpt.tokenizer_type, options.gpt.tokenizer_files);
+  const auto bert = make_tokenizer(options.bert_tokenizer_type, options.bert_tokenizer_files);
+  std::vector<fs::path> files;
+  for (const Block& block : blocks)
+    files.push_back(block.file);
+  make_own_blocks(parallel, "build-db", files, settings, log, [&](std::size_t b) {
+    const Block& block = blocks[b];
+    io::write_array_file(
+        block.file, chunk_block(*datasets[block.dataset], block, options.chunk_length, *gpt, *bert),
+        settings);
+    return BlockWork{"dataset " + std::to_string(block.dataset) + ", documents " +
+                         std::to_string(block.first) + "-" + std::to_string(block.last),
+                     static_cast<double>(block.last - block.first), "documents"};
   });
   on_all_ranks(parallel, "build-db", [&] {
     if (parallel.world_rank() == 0) merge_blocks(options, blocks, docs, settings, log);

@@ -1,8 +1,6 @@
 // The embed stage: the database's chunks as text, BERT-embedded batch by batch into block files.
 #include "embed_stage.h"
 
-#include <chrono>
-
 #include "bert_embedder.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/error.h"
@@ -82,24 +80,14 @@ void embed_chunks(const RetroDataOptions& options, const CommandServices& servic
   for (const std::string& prefix : db.prefixes)
     data.push_back(std::make_unique<IndexedDataset>(prefix));
   const std::vector<EmbeddingBlock> blocks = embedding_blocks(options, db.chunks.size(0));
-  on_all_ranks(parallel, "embed", [&] {
-    const int rank = parallel.world_rank(), ranks = parallel.world_size();
-    for (std::size_t b = static_cast<std::size_t>(rank); b < blocks.size();
-         b += static_cast<std::size_t>(ranks)) {
-      const EmbeddingBlock& block = blocks[b];
-      if (stage_file_done(block.file, settings)) {
-        log.info("retro embed: block {}/{} ({}) already embedded", b + 1, blocks.size(),
-                 block.file.filename().string());
-        continue;
-      }
-      const auto start = std::chrono::steady_clock::now();
-      embed_block(block, db, data, *gpt, bert, options.bert_batch_size, settings);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      log.info("retro embed: block {}/{}: chunks {}-{} ({:.0f} chunks/s)", b + 1, blocks.size(),
-               block.first, block.last,
-               static_cast<double>(block.last - block.first) / std::max(seconds, 1e-9));
-    }
+  std::vector<std::filesystem::path> files;
+  for (const EmbeddingBlock& block : blocks)
+    files.push_back(block.file);
+  make_own_blocks(parallel, "embed", files, settings, log, [&](std::size_t b) {
+    const EmbeddingBlock& block = blocks[b];
+    embed_block(block, db, data, *gpt, bert, options.bert_batch_size, settings);
+    return BlockWork{"chunks " + std::to_string(block.first) + "-" + std::to_string(block.last),
+                     static_cast<double>(block.last - block.first), "chunks"};
   });
   log.info("retro embed: {} chunks embedded with {} (hidden {})", db.chunks.size(0),
            bert.identity(), bert.hidden_size());

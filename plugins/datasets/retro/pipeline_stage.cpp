@@ -1,6 +1,7 @@
 // Stage settings, resume checks and all-rank error handling of the retrieval pipeline.
 #include "pipeline_stage.h"
 
+#include <chrono>
 #include <exception>
 #include <vector>
 
@@ -48,6 +49,27 @@ void on_all_ranks(ParallelState& parallel, const std::string& stage,
   if (failure) std::rethrow_exception(failure);
   if (failed[0] != 0)
     throw Error("retro " + stage + ": another rank failed (its message says why)");
+}
+
+void make_own_blocks(ParallelState& parallel, const std::string& stage,
+                     const std::vector<std::filesystem::path>& files, const StageSettings& settings,
+                     Logger& log, const std::function<BlockWork(std::size_t block)>& make) {
+  on_all_ranks(parallel, stage, [&] {
+    const auto ranks = static_cast<std::size_t>(parallel.world_size());
+    for (auto b = static_cast<std::size_t>(parallel.world_rank()); b < files.size(); b += ranks) {
+      if (stage_file_done(files[b], settings)) {
+        log.info("retro {}: block {}/{} ({}) already made", stage, b + 1, files.size(),
+                 files[b].filename().string());
+        continue;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      const BlockWork work = make(b);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      log.info("retro {}: block {}/{}: {} ({:.0f} {}/s)", stage, b + 1, files.size(), work.what,
+               work.units / std::max(seconds, 1e-9), work.unit);
+    }
+  });
 }
 
 }  // namespace megatron::retro_data

@@ -7,6 +7,9 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "megatron/log.h"
 
 #include "megatron/parallel/parallel_state.h"
 
@@ -28,5 +31,19 @@ bool stage_file_done(const std::filesystem::path& file, const StageSettings& set
 // exception where it failed, an Error naming `stage` elsewhere), so all ranks stop together.
 void on_all_ranks(ParallelState& parallel, const std::string& stage,
                   const std::function<void()>& work);
+
+// What making one block did, for the progress log: "dataset 0, documents 80-120", 40,
+// "documents".
+struct BlockWork {
+  std::string what;
+  double units = 0;
+  std::string unit;
+};
+// This rank's share of the blocks whose files are `files` (block b goes to rank b % ranks), on
+// every rank together (on_all_ranks): a file already made from `settings` is kept (an interrupted
+// run resumes), any other is made by `make(b)`, which writes it. Progress and rates are logged.
+void make_own_blocks(ParallelState& parallel, const std::string& stage,
+                     const std::vector<std::filesystem::path>& files, const StageSettings& settings,
+                     Logger& log, const std::function<BlockWork(std::size_t block)>& make);
 
 }  // namespace megatron::retro_data
