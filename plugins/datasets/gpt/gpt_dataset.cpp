@@ -226,6 +226,26 @@ SampleSpec GptDataset::sample_fields() const {
   return gpt_sample_fields(options_);
 }
 
+GptDataset::SampleSource GptDataset::sample_source(data::Split split, std::int64_t index) const {
+  const SplitDataset& dataset = splits_[slot(split)];
+  if (index < 0 || index >= dataset.size) {
+    throw Error("sample " + std::to_string(index) + " of the " + split_text(split) +
+                " split does not exist: it has " + std::to_string(dataset.size) + " samples");
+  }
+  const MidLevelDataset* mid = &dataset.constituents[0];
+  std::int64_t item = index;
+  if (dataset.blend) {
+    const auto at = static_cast<std::size_t>(index);
+    mid = &dataset.constituents[static_cast<std::size_t>(dataset.blend->dataset_index[at])];
+    item = dataset.blend->dataset_sample_index[at];
+  }
+  SampleSource source{mid->source->prefix, {}};
+  for (const data::SamplePiece& piece :
+       mid->indices.sample_pieces(item, mid->source->sequence_lengths))
+    source.sequence_ids.push_back(piece.sequence_id);
+  return source;
+}
+
 void GptDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {
   const std::span<std::int32_t> tokens = out.i32("tokens"), labels = out.i32("labels");
   const std::span<float> loss_mask = out.f32("loss_mask");

@@ -58,6 +58,14 @@ class GptDataset final : public Dataset {
   SampleSpec sample_fields() const override;
   void get(data::Split split, std::int64_t index, const SampleSlots& out) const override;
 
+  // Where sample `index` of `split` comes from: its low-level dataset's prefix and the ids of the
+  // sequences (Megatron's document ids) its tokens are read from, in order.
+  struct SampleSource {
+    std::string prefix;
+    std::vector<std::int64_t> sequence_ids;
+  };
+  SampleSource sample_source(data::Split split, std::int64_t index) const;
+
  private:
   void build_here(const std::array<std::int64_t, 3>& num_samples);
   SplitDataset build_split(data::Split split, std::int64_t num_samples) const;

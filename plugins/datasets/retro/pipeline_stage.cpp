@@ -10,20 +10,31 @@
 
 namespace megatron::retro_data {
 
+namespace {
+
+// "[data] key", or "[training] seed" for a key of another table ("training.seed").
+std::string config_key(const std::string& key) {
+  if (key.rfind("training.", 0) == 0) return "[training] " + key.substr(9);
+  return "[data] " + key;
+}
+
+}  // namespace
+
 void check_settings(const std::filesystem::path& file, const StageSettings& stored,
                     const StageSettings& wanted) {
   for (const auto& [key, value] : wanted) {
     const auto it = stored.find(key);
     const std::string was = it == stored.end() ? "(not recorded)" : it->second;
     if (was != value) {
-      throw ConfigError("[data] " + key + ": the retro workdir's " + file.string() +
-                        " was built for " + key + " = " + was + ", the config gives " + value +
+      const std::string name = key.rfind("training.", 0) == 0 ? key.substr(9) : key;
+      throw ConfigError(config_key(key) + ": the retro workdir's " + file.string() +
+                        " was built for " + name + " = " + was + ", the config gives " + value +
                         "; use another retro_workdir, or remove the workdir to rebuild");
     }
   }
   for (const auto& [key, value] : stored) {
     if (!wanted.count(key)) {
-      throw ConfigError("[data] " + key + ": the retro workdir's " + file.string() +
+      throw ConfigError(config_key(key) + ": the retro workdir's " + file.string() +
                         " was built with " + key + " = " + value +
                         ", which the config does not have; use another retro_workdir");
     }

@@ -7,6 +7,9 @@
 #include "embed_stage.h"
 #include "index_stage.h"
 #include "megatron/error.h"
+#include "megatron/train/batch_schedule.h"
+#include "megatron/train/sample_counts.h"
+#include "query_stage.h"
 
 namespace megatron::retro_data {
 
@@ -23,38 +26,75 @@ constexpr const char* kStages =
     "  embed      each chunk's BERT embedding (retro_bert_load): the mean of the final hidden\n"
     "             states between [CLS] and [SEP], as Megatron's --output-bert-embeddings\n"
     "  index      a Faiss index (retro_index_str) trained on retro_index_ntrain chunks'\n"
-    "             embeddings, holding every chunk\n";
+    "             embeddings, holding every chunk\n"
+    "  query      every train/valid/test sample chunk's neighbours (those of the sample's own\n"
+    "             documents removed), for the samples this config's training reads\n";
 
 }  // namespace
 
 RetroDataset::RetroDataset(PluginContext& context)
     : log_(context.log),
       parallel_(context.parallel),
+      core_(context.core),
       options_(read_retro_data_options(context.config, context.core)),
       gpt_(context) {}
 
 SampleSpec RetroDataset::sample_fields() const {
   SampleSpec fields = gpt_.sample_fields();
-  const std::int64_t l =
-      (options_.gpt.seq_length + options_.chunk_length - 1) / options_.chunk_length;
-  fields.push_back(
-      {"neighbor_tokens",
-       DType::i32,
-       {l, options_.num_neighbors, options_.num_retrieved_chunks * options_.chunk_length},
-       FieldKind::token_ids});
+  fields.push_back({"neighbor_tokens",
+                    DType::i32,
+                    {chunks_per_sample(options_), options_.num_neighbors,
+                     options_.num_retrieved_chunks * options_.chunk_length},
+                    FieldKind::token_ids});
   return fields;
 }
 
-void RetroDataset::build(const std::array<std::int64_t, 3>& num_samples) {
-  read_chunk_db(options_);  // refuses a missing or mismatched database first
-  (void)num_samples;
-  throw ConfigError("[data] retro_workdir: " + options_.workdir.string() +
-                    " has a chunk database but no neighbours: the stages that make them "
-                    "(`retro embed`, `retro index`, `retro query`) are not built yet");
+std::array<std::int64_t, 3> RetroDataset::wanted_samples() const {
+  const train::BatchSchedule batches =
+      train::BatchSchedule::from_config(core_.training, parallel_.dp_size());
+  return train::train_valid_test_num_samples(core_.training, batches.global_batch_size());
 }
 
-void RetroDataset::get(data::Split, std::int64_t, const SampleSlots&) const {
-  throw Error("retro dataset: get() before a successful build()");
+void RetroDataset::build(const std::array<std::int64_t, 3>& num_samples) {
+  gpt_.build(num_samples);
+  db_ = read_chunk_db(options_);
+  db_data_.clear();
+  for (const std::string& prefix : db_.prefixes)
+    db_data_.push_back(std::make_unique<IndexedDataset>(prefix));
+  for (const data::Split split : data::kSplits) {
+    const auto at = static_cast<std::size_t>(split);
+    neighbors_[at] = queried_samples(gpt_, split, num_samples) > 0
+                         ? read_neighbors(options_, gpt_, num_samples, db_, split)
+                         : Tensor{};
+  }
+}
+
+void RetroDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {
+  gpt_.get(split, index, out);
+  const Tensor& neighbors = neighbors_[static_cast<std::size_t>(split)];
+  if (!neighbors.defined()) throw Error("retro dataset: get() before a successful build()");
+  const std::int64_t l = chunks_per_sample(options_), k = options_.num_neighbors;
+  const std::int64_t m = options_.chunk_length, pieces = options_.num_retrieved_chunks;
+  const std::int64_t save = neighbors.size(1), rows = db_.chunks.size(0);
+  const std::int64_t sample = index % (neighbors.size(0) / l);  // Megatron wraps
+  const std::span<std::int32_t> tokens = out.i32("neighbor_tokens");
+  const std::int32_t eod = gpt_.tokenizer().eod();
+  std::fill(tokens.begin(), tokens.end(), eod);
+  const std::int64_t* chunks = db_.chunks.data<std::int64_t>();
+  for (std::int64_t c = 0; c < l; ++c) {
+    const std::int64_t* row = neighbors.data<std::int64_t>() + (sample * l + c) * save;
+    for (std::int64_t j = 0; j < k; ++j) {
+      for (std::int64_t p = 0; p < pieces; ++p) {
+        const std::int64_t id = ((row[j] + p) % rows + rows) % rows;
+        const std::int64_t* chunk = chunks + id * kChunkColumns;
+        const std::int64_t length = chunk[kTokenEnd] - chunk[kTokenStart];
+        db_data_[static_cast<std::size_t>(chunk[kDatasetIndex])]->read(
+            static_cast<std::size_t>(chunk[kDocId]), static_cast<std::size_t>(chunk[kTokenStart]),
+            tokens.subspan(static_cast<std::size_t>(((c * k + j) * pieces + p) * m),
+                           static_cast<std::size_t>(length)));
+      }
+    }
+  }
 }
 
 std::vector<DatasetCommand> RetroDataset::commands() {
@@ -84,8 +124,14 @@ int RetroDataset::run_stage(const std::vector<std::string>& args, const CommandS
     build_index(options_, parallel_, log_);
     return 0;
   }
+  if (args[0] == "query") {
+    const std::array<std::int64_t, 3> wanted = wanted_samples();
+    gpt_.build(wanted);
+    query_neighbors(options_, gpt_, wanted, services, parallel_, log_);
+    return 0;
+  }
   throw UsageError("megatron-app retro: unknown stage '" + args[0] +
-                   "' (stages: build-db, embed, index)");
+                   "' (stages: build-db, embed, index, query)");
 }
 
 }  // namespace megatron::retro_data

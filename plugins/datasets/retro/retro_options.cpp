@@ -46,6 +46,19 @@ void declare_retro_data_config(config::TableSchema& s) {
                         "chunks the index is trained on (each dataset's share by its data_path "
                         "weight, taken from its first train chunks)",
                         Range::at_least(1))
+      .integer("retro_query_num_neighbors_query", 200,
+               "neighbours searched per chunk before those of the sample's own documents are "
+               "removed",
+               Range::at_least(1))
+      .integer("retro_query_num_neighbors_save", 20, "neighbours kept per chunk",
+               Range::at_least(1))
+      .integer("retro_query_nprobe", 65536, "IVF lists searched (indexes with IVF)",
+               Range::at_least(1))
+      .integer("retro_query_ef_search", 256, "HNSW search depth (indexes with HNSW)",
+               Range::at_least(1))
+      .boolean("retro_verify_neighbor_count", true,
+               "refuse neighbours queried for another number of samples (false: samples "
+               "beyond them reuse the first ones' neighbours, as Megatron wraps)")
       .integer("retro_block_size", 100000,
                "chunks per embedding block file (the unit an interrupted embed resumes from)",
                Range::at_least(1));
@@ -76,6 +89,11 @@ RetroDataOptions read_retro_data_options(const config::ConfigTable& t,
   o.bert_max_chunk_length = t.integer("retro_bert_max_chunk_length");
   o.bert_batch_size = t.integer("retro_bert_batch_size");
   o.block_size = t.integer("retro_block_size");
+  o.query_neighbors_query = t.integer("retro_query_num_neighbors_query");
+  o.query_neighbors_save = t.integer("retro_query_num_neighbors_save");
+  o.query_nprobe = t.integer("retro_query_nprobe");
+  o.query_ef_search = t.integer("retro_query_ef_search");
+  o.verify_neighbor_count = t.boolean("retro_verify_neighbor_count");
   if (t.has("retro_index_str")) o.index_str = t.string("retro_index_str");
   o.index_ntrain = t.find_integer("retro_index_ntrain").value_or(0);
   return o;

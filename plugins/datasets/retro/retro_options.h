@@ -24,6 +24,11 @@ struct RetroDataOptions {
   std::int64_t bert_batch_size = 128;        // retro_bert_batch_size: chunks per BERT forward
   std::string index_str;                     // retro_index_str: Faiss's index factory string
   std::int64_t index_ntrain = 0;             // retro_index_ntrain: chunks the index is trained on
+  std::int64_t query_neighbors_query = 200;  // retro_query_num_neighbors_query: searched
+  std::int64_t query_neighbors_save = 20;    // retro_query_num_neighbors_save: kept, filtered
+  std::int64_t query_nprobe = 65536;         // retro_query_nprobe (IVF indexes)
+  std::int64_t query_ef_search = 256;        // retro_query_ef_search (HNSW indexes)
+  bool verify_neighbor_count = true;         // retro_verify_neighbor_count
   std::int64_t block_size = 100000;          // retro_block_size: chunks per embedding block file
 };
 

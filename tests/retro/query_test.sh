@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `megatron-app retro query` on the index test's workdir (IVF16,Flat) for the samples the config's
+# training reads (train 20, valid 12, test 4: 40, 24 and 8 chunks), then training on it: the
+# neighbours against an independent Python check (check_neighbors.py: no neighbour from the
+# sample's own documents over every split, a recomputed search on sampled chunks, the Retro
+# dataset's neighbour tokens); a resumed query gives byte-identical blocks; a
+# Retro model trains 10 iterations on the neighbours; refusals with exit 2 naming the reason: no
+# index yet, a BERT of another hidden size, training with another seed than the neighbours'.
+#   query_test.sh MEGATRON_APP EMBED_WORK_DIR
+set -euo pipefail
+app=$1 embed_work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+data=$here/../../data
+configs=$here/../../configs
+work=$embed_work/query
+rm -rf "$work" && mkdir -p "$work"
+cp -r "$embed_work/one" "$work/one"
+rm -rf "$work/one/query"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+fail() { echo "FAIL: $*" >&2; exit 1; }
+settings=(--set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=128
+  --set data.retro_block_size=500 --set "data.retro_bert_load=$embed_work/bert"
+  --set 'data.retro_index_str="IVF16,Flat"' --set data.retro_index_ntrain=1000
+  --set data.retro_query_num_neighbors_query=50 --set data.retro_query_nprobe=4
+  --set "data.data_cache_path=$work/cache")
+extra=()  # overrides after the settings
+app_in() {  # workdir command... (the retro config, the settings and `extra` appended)
+  local dir=$1
+  shift
+  "$@" --config "$here/retro_db.toml" --set "data.retro_workdir=$dir" "${settings[@]}" \
+    ${extra[@]+"${extra[@]}"}
+}
+refused() {  # expected-message workdir command...
+  local message=$1
+  shift
+  set +e
+  app_in "$@" --log-level warn 2> "$work/refused.log"
+  local code=$?
+  set -e
+  [ "$code" = 2 ] || fail "exit $code, expected 2: $(cat "$work/refused.log")"
+  grep -q -- "$message" "$work/refused.log" || fail "expected '$message': $(cat "$work/refused.log")"
+}
+
+mkdir -p "$work/no_index" && cp -r "$work/one/db" "$work/one/embed" "$work/no_index/"
+refused "has no index; run \`megatron-app retro index\`" "$work/no_index" "$app" retro query
+
+app_in "$work/one" "$app" retro query --log-level warn
+app_in "$work/one" "$app" data --split train --first 3 --log-level warn > "$work/samples.txt"
+/usr/bin/python3 "$here/check_neighbors.py" "$work/one" "$work/cache" "$data/austen_text_document" \
+  "$data/encoder.json" "$data/bert-base-uncased-vocab.txt" "$embed_work/bert/iter_0000002.h5" \
+  "$work/samples.txt"
+
+# Resume (a block gone, a stale .partial) gives the same files. (Ranks share query blocks with
+# the same code as build-db's and embed's, whose 2-rank runs are tested.)
+cp -r "$work/one" "$work/resumed"
+rm "$work/resumed/query/valid/0-24.h5"
+echo "half a block" > "$work/resumed/query/test/0-8.h5.partial"
+app_in "$work/resumed" "$app" retro query > "$work/resumed.log" 2>&1
+grep -q "block 1/1: valid chunks 0-24" "$work/resumed.log" || fail "the valid block not redone"
+[ "$(grep -c "already made" "$work/resumed.log")" = 2 ] || fail "the other blocks not kept"
+for f in $(cd "$work/one/query" && ls */*.h5); do
+  cmp "$work/one/query/$f" "$work/resumed/query/$f" || fail "resumed $f differs"
+done
+
+# Training reads them; another seed is refused.
+app_in "$work/one" "$app" > "$work/train.log" 2>&1 || fail "training: $(tail -5 "$work/train.log")"
+grep -q "iteration       10/      10 .* lm loss: [0-9]" "$work/train.log" || fail "no iteration 10"
+refused "\[training\] seed: the retro workdir's .* was built for seed = 1234, the config gives 7" \
+  "$work/one" "$app" --set training.seed=7
+
+# A BERT of another hidden size than the index's.
+"$app" --config "$configs/bert_tiny.toml" --log-level warn --set training.train_iters=2 \
+  --set "checkpoint.save=$work/bert64" --set checkpoint.save_interval=2 \
+  --set training.eval_interval=100 --set "data.data_cache_path=$work/bert_cache" \
+  --set model.hidden_size=64 > /dev/null
+extra=(--set "data.retro_bert_load=$work/bert64")
+refused "retro_bert_load: .* has hidden size 64, the index holds 128-dimensional" "$work/one" \
+  "$app" retro query
+echo "query: checked, resumed, training and refusals OK"
