@@ -226,19 +226,20 @@ SampleSpec GptDataset::sample_fields() const {
   return gpt_sample_fields(options_);
 }
 
-GptDataset::SampleSource GptDataset::sample_source(data::Split split, std::int64_t index) const {
+GptDataset::Located GptDataset::locate(data::Split split, std::int64_t index) const {
   const SplitDataset& dataset = splits_[slot(split)];
   if (index < 0 || index >= dataset.size) {
     throw Error("sample " + std::to_string(index) + " of the " + split_text(split) +
                 " split does not exist: it has " + std::to_string(dataset.size) + " samples");
   }
-  const MidLevelDataset* mid = &dataset.constituents[0];
-  std::int64_t item = index;
-  if (dataset.blend) {
-    const auto at = static_cast<std::size_t>(index);
-    mid = &dataset.constituents[static_cast<std::size_t>(dataset.blend->dataset_index[at])];
-    item = dataset.blend->dataset_sample_index[at];
-  }
+  if (!dataset.blend) return {&dataset.constituents[0], index};
+  const auto at = static_cast<std::size_t>(index);
+  return {&dataset.constituents[static_cast<std::size_t>(dataset.blend->dataset_index[at])],
+          dataset.blend->dataset_sample_index[at]};
+}
+
+GptDataset::SampleSource GptDataset::sample_source(data::Split split, std::int64_t index) const {
+  const auto [mid, item] = locate(split, index);
   SampleSource source{mid->source->prefix, {}};
   for (const data::SamplePiece& piece :
        mid->indices.sample_pieces(item, mid->source->sequence_lengths))
@@ -249,25 +250,13 @@ GptDataset::SampleSource GptDataset::sample_source(data::Split split, std::int64
 void GptDataset::get(data::Split split, std::int64_t index, const SampleSlots& out) const {
   const std::span<std::int32_t> tokens = out.i32("tokens"), labels = out.i32("labels");
   const std::span<float> loss_mask = out.f32("loss_mask");
-  const SplitDataset& dataset = splits_[slot(split)];
-  if (index < 0 || index >= dataset.size) {
-    throw Error("sample " + std::to_string(index) + " of the " + split_text(split) +
-                " split does not exist: it has " + std::to_string(dataset.size) + " samples");
-  }
+  const auto [mid, item] = locate(split, index);
   const auto length = static_cast<std::size_t>(options_.seq_length);
   if (tokens.size() != length || labels.size() != length || loss_mask.size() != length) {
     throw Error("a sample has seq_length " + std::to_string(length) +
                 " tokens, labels and loss-mask entries; got " + std::to_string(tokens.size()) +
                 ", " + std::to_string(labels.size()) + " and " + std::to_string(loss_mask.size()));
   }
-  const MidLevelDataset* mid = &dataset.constituents[0];
-  std::int64_t item = index;
-  if (dataset.blend) {
-    const auto at = static_cast<std::size_t>(index);
-    mid = &dataset.constituents[static_cast<std::size_t>(dataset.blend->dataset_index[at])];
-    item = dataset.blend->dataset_sample_index[at];
-  }
-
   // The sample's seq_length + 1 tokens (the last one is only a label), padded when short.
   std::vector<std::int32_t> text(length + 1, pad_token_);
   std::size_t filled = 0;

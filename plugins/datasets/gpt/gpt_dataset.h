@@ -74,6 +74,12 @@ class GptDataset final : public Dataset {
                                   bool per_split_blend,
                                   std::optional<std::int64_t> num_samples) const;
   const LowLevelDataset& low_level(const std::string& prefix) const;
+  // The GPTDataset that serves sample `index` of `split` and its item there (through the blend).
+  struct Located {
+    const MidLevelDataset* mid;
+    std::int64_t item;
+  };
+  Located locate(data::Split split, std::int64_t index) const;
   // position_ids and/or attention_mask of a sample from its input tokens.
   void write_document_fields(std::span<const std::int32_t> inputs, TokenId eod,
                              const SampleSlots& out) const;
