@@ -65,6 +65,22 @@ def load_embeddings(embed_dir):
     return np.concatenate(out)
 
 
+def mean_hidden(samples, W, cfg, pad, hidden):
+    """Megatron's embeddings of [CLS] ... [SEP] id lists, float64: batches padded as collate_batch
+    (text with pad_id, the mask with 0), the mean final-layernorm state between the markers."""
+    out = np.zeros((len(samples), hidden))
+    with torch.no_grad():
+        for b0 in range(0, len(samples), BATCH):
+            batch = samples[b0:b0 + BATCH]
+            s = max(map(len, batch))
+            text = torch.tensor([x + [pad] * (s - len(x)) for x in batch])
+            mask = torch.tensor([[1] * len(x) + [0] * (s - len(x)) for x in batch])
+            hidden_states = encode(W, text, torch.zeros_like(text), mask, cfg, cfg.binary_head)
+            for i, m in enumerate(mask.sum(1).tolist()):
+                out[b0 + i] = hidden_states[i, 1:m - 1].mean(0).numpy()
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(usage=__doc__)
     for name in ("checkpoint", "chunks", "embed_dir", "data_prefix", "encoder", "vocab"):
@@ -110,17 +126,7 @@ def main():
         body = [ids[t] for t in tokens][:a.max_length - 2] or [pad]  # the "hack when empty seq"
         samples.append([cls, *body, sep])
 
-    ref = np.zeros((len(rows), got.shape[1]))
-    with torch.no_grad():
-        for b0 in range(0, len(samples), BATCH):
-            batch = samples[b0:b0 + BATCH]
-            s = max(map(len, batch))
-            # collate_batch: text padded with pad_id, the other arrays (types, mask) with 0.
-            text = torch.tensor([x + [pad] * (s - len(x)) for x in batch])
-            mask = torch.tensor([[1] * len(x) + [0] * (s - len(x)) for x in batch])
-            hidden = encode(W, text, torch.zeros_like(text), mask, cfg, cfg.binary_head)
-            for i, m in enumerate(mask.sum(1).tolist()):
-                ref[b0 + i] = hidden[i, 1:m - 1].mean(0).numpy()
+    ref = mean_hidden(samples, W, cfg, pad, got.shape[1])
 
     diff = np.abs(got[rows].astype(np.float64) - ref).max(1)
     tol = RTOL * np.maximum(1.0, np.abs(ref).max(1))

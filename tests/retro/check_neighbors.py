@@ -55,8 +55,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 from check_chunk_db import BertTokenizer, Gpt2Decoder  # noqa: E402
-from check_embeddings import BATCH, load_embeddings  # noqa: E402
-from bert_reference import Config, encode, load_tensors  # noqa: E402
+from check_embeddings import load_embeddings, mean_hidden  # noqa: E402
+from bert_reference import Config, load_tensors  # noqa: E402
 from checkpoint_attrs import config_text  # noqa: E402
 from gpt_reference import IndexedDataset, gpt_sample  # noqa: E402
 
@@ -112,17 +112,7 @@ def embed(texts, W, cfg, ids, bert, max_length):
     """check_embeddings.py's rule, float64: mean final-layernorm state between [CLS] and [SEP]."""
     cls, sep, pad = ids["[CLS]"], ids["[SEP]"], ids["[PAD]"]
     samples = [[cls, *([ids[t] for t in bert(t)][:max_length - 2] or [pad]), sep] for t in texts]
-    out = np.zeros((len(samples), W["embedding.word_embeddings.weight"].shape[1]))
-    with torch.no_grad():
-        for b0 in range(0, len(samples), BATCH):
-            batch = samples[b0:b0 + BATCH]
-            s = max(map(len, batch))
-            text = torch.tensor([x + [pad] * (s - len(x)) for x in batch])
-            mask = torch.tensor([[1] * len(x) + [0] * (s - len(x)) for x in batch])
-            hidden = encode(W, text, torch.zeros_like(text), mask, cfg, cfg.binary_head)
-            for i, m in enumerate(mask.sum(1).tolist()):
-                out[b0 + i] = hidden[i, 1:m - 1].mean(0).numpy()
-    return out
+    return mean_hidden(samples, W, cfg, pad, W["embedding.word_embeddings.weight"].shape[1])
 
 
 def filter_row(found, db, docs, keep):
