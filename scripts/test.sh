@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh clone: installs dependencies, builds, runs every test, then
 # rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests again there, and
-# last runs every libFuzzer target for 30 s.
+# last runs every libFuzzer target for 20 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh test
@@ -29,5 +29,5 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0
 ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 900
 
-echo "== fuzzing: every libFuzzer target for 30 s (clang, ASan + UBSan)"
-FUZZ_BUILD=$PWD/build-fuzz FUZZ_WORK=$PWD/build-fuzz/work bash fuzz/run.sh 30
+echo "== fuzzing: every libFuzzer target for 20 s (clang, ASan + UBSan)"
+FUZZ_BUILD=$PWD/build-fuzz FUZZ_WORK=$PWD/build-fuzz/work bash fuzz/run.sh 20

@@ -5,9 +5,10 @@
 # and a run on 2 ranks give byte-identical block files; refusals with exit 2 naming the reason:
 # no database yet, no retro_bert_load, a GPT checkpoint as the BERT, another BERT checkpoint than
 # the blocks were made with.
-#   embed_test.sh MEGATRON_APP MPIEXEC WORK_DIR
+#   embed_test.sh MEGATRON_APP MPIEXEC WORK_DIR [BERT_LENGTH (default 128)]
+# (the sanitizer build passes 64: half the BERT work, and more chunks cut at the length)
 set -euo pipefail
-app=$1 mpiexec=$2 work=$3
+app=$1 mpiexec=$2 work=$3 bert_length=${4:-128}
 here=$(cd "$(dirname "$0")" && pwd)
 data=$here/../../data
 configs=$here/../../configs
@@ -26,7 +27,7 @@ retro() {  # stage workdir [more arguments]
   local stage=$1 dir=$2
   shift 2
   "$app" retro "$stage" --config "$config" --log-level warn --set "data.retro_workdir=$dir" \
-    --set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=128 \
+    --set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=$bert_length \
     --set data.retro_block_size=500 "$@"
 }
 refused() {  # expected-message stage workdir [more arguments]
@@ -48,14 +49,14 @@ refused "retro_bert_load: \`retro embed\` needs the BERT checkpoint" embed "$wor
 retro embed "$work/one" --set "data.retro_bert_load=$work/bert"
 /usr/bin/python3 "$here/check_embeddings.py" "$work/bert/iter_0000002.h5" \
   "$work/one/db/chunks.h5" "$work/one/embed" "$data/austen_text_document" "$data/encoder.json" \
-  "$data/bert-base-uncased-vocab.txt" 128
+  "$data/bert-base-uncased-vocab.txt" "$bert_length"
 
 # Resume: block 2 gone, a stale half-written block 3 beside the real one.
 cp -r "$work/one" "$work/resumed"
 rm "$work/resumed/embed/500-1000.h5"
 echo "half a block" > "$work/resumed/embed/1000-1110.h5.partial"
 "$app" retro embed --config "$config" --set "data.retro_workdir=$work/resumed" \
-  --set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=128 \
+  --set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=$bert_length \
   --set data.retro_block_size=500 --set "data.retro_bert_load=$work/bert" > "$work/resumed.log" 2>&1
 [ "$(grep -c "already made" "$work/resumed.log")" = 2 ] || fail "the 2 other blocks not kept"
 grep -q "block 2/3: chunks 500-1000" "$work/resumed.log" || fail "block 2 not re-embedded"
@@ -64,7 +65,7 @@ grep -q "block 2/3: chunks 500-1000" "$work/resumed.log" || fail "block 2 not re
 mkdir -p "$work/two" && cp -r "$work/one/db" "$work/two/db"
 "$mpiexec" --oversubscribe --allow-run-as-root -np 2 "$app" retro embed --config "$config" \
   --log-level warn --set "data.retro_workdir=$work/two" --set 'data.split="10,45,45"' \
-  --set data.retro_bert_max_chunk_length=128 --set data.retro_block_size=500 \
+  --set data.retro_bert_max_chunk_length=$bert_length --set data.retro_block_size=500 \
   --set "data.retro_bert_load=$work/bert"
 for f in "$work"/one/embed/*.h5; do
   cmp "$f" "$work/resumed/embed/$(basename "$f")" || fail "resumed $(basename "$f") differs"

@@ -5,9 +5,9 @@
 # recall reported); a second run does nothing; refusals with exit 2 naming the key: an unknown
 # index string, too few training chunks for the clusters, more training chunks than the
 # database has, another retro_index_ntrain for an existing index.
-#   index_test.sh MEGATRON_APP EMBED_WORK_DIR
+#   index_test.sh MEGATRON_APP EMBED_WORK_DIR [BERT_LENGTH (the embed test's, default 128)]
 set -euo pipefail
-app=$1 embed_work=$2
+app=$1 embed_work=$2 bert_length=${3:-128}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$embed_work/one
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -16,7 +16,7 @@ index() {  # index_string ntrain [more arguments]
   local string=$1 ntrain=$2
   shift 2
   "$app" retro index --config "$here/retro_db.toml" --set "data.retro_workdir=$work" \
-    --set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=128 \
+    --set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=$bert_length \
     --set data.retro_block_size=500 --set "data.retro_index_str=\"$string\"" \
     --set "data.retro_index_ntrain=$ntrain" "$@"
 }

@@ -6,9 +6,9 @@
 # dataset's neighbour tokens); a resumed query gives byte-identical blocks; a
 # Retro model trains 10 iterations on the neighbours; refusals with exit 2 naming the reason: no
 # index yet, a BERT of another hidden size, training with another seed than the neighbours'.
-#   query_test.sh MEGATRON_APP EMBED_WORK_DIR
+#   query_test.sh MEGATRON_APP EMBED_WORK_DIR [BERT_LENGTH (the embed test's, default 128)]
 set -euo pipefail
-app=$1 embed_work=$2
+app=$1 embed_work=$2 bert_length=${3:-128}
 here=$(cd "$(dirname "$0")" && pwd)
 data=$here/../../data
 configs=$here/../../configs
@@ -18,7 +18,7 @@ cp -r "$embed_work/one" "$work/one"
 rm -rf "$work/one/query"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 fail() { echo "FAIL: $*" >&2; exit 1; }
-settings=(--set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=128
+settings=(--set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=$bert_length
   --set data.retro_block_size=500 --set "data.retro_bert_load=$embed_work/bert"
   --set 'data.retro_index_str="IVF16,Flat"' --set data.retro_index_ntrain=1000
   --set data.retro_query_num_neighbors_query=50 --set data.retro_query_nprobe=4
