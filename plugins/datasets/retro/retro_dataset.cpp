@@ -39,15 +39,17 @@ RetroDataset::RetroDataset(PluginContext& context)
       options_(read_retro_data_options(context.config, context.core)),
       gpt_(context) {}
 
-SampleSpec RetroDataset::sample_fields() const {
-  SampleSpec fields = gpt_.sample_fields();
+SampleSpec retro_sample_fields(const RetroDataOptions& options) {
+  SampleSpec fields = gpt_data::gpt_sample_fields(options.gpt);
   fields.push_back({"neighbor_tokens",
                     DType::i32,
-                    {chunks_per_sample(options_), options_.num_neighbors,
-                     options_.num_retrieved_chunks * options_.chunk_length},
+                    {chunks_per_sample(options), options.num_neighbors,
+                     options.num_retrieved_chunks * options.chunk_length},
                     FieldKind::token_ids});
   return fields;
 }
+
+SampleSpec RetroDataset::sample_fields() const { return retro_sample_fields(options_); }
 
 std::array<std::int64_t, 3> RetroDataset::wanted_samples() const {
   const train::BatchSchedule batches =

@@ -15,6 +15,10 @@
 
 namespace megatron::retro_data {
 
+// The gpt dataset's fields and neighbor_tokens (l chunks, k neighbours, r tokens each), from the
+// options alone (also `plan`'s answer).
+SampleSpec retro_sample_fields(const RetroDataOptions& options);
+
 class RetroDataset final : public Dataset {
  public:
   explicit RetroDataset(PluginContext& context);
