@@ -3,7 +3,8 @@
 # training reads (train 20, valid 12, test 4: 40, 24 and 8 chunks), then training on it: the
 # neighbours against an independent Python check (check_neighbors.py: no neighbour from the
 # sample's own documents over every split, a recomputed search on sampled chunks, the Retro
-# dataset's neighbour tokens); a resumed query gives byte-identical blocks; a
+# dataset's neighbour tokens); `retro inspect` shows a chunk's neighbours as the files hold them;
+# a resumed query gives byte-identical blocks; a
 # Retro model trains 10 iterations on the neighbours; refusals with exit 2 naming the reason: no
 # index yet, a BERT of another hidden size, training with another seed than the neighbours'.
 #   query_test.sh MEGATRON_APP EMBED_WORK_DIR [BERT_LENGTH (the embed test's, default 128)]
@@ -49,6 +50,29 @@ app_in "$work/one" "$app" data --split train --first 3 --log-level warn > "$work
 /usr/bin/python3 "$here/check_neighbors.py" "$work/one" "$work/cache" "$data/austen_text_document" \
   "$data/encoder.json" "$data/bert-base-uncased-vocab.txt" "$embed_work/bert/iter_0000002.h5" \
   "$work/samples.txt"
+
+# inspect: valid sample 3's chunk 1 with its 2 neighbours and their continuations, the database
+# chunks those of the query's file, named by their document and tokens as the database has them.
+app_in "$work/one" "$app" retro inspect --split valid --sample 3 --chunk 1 --log-level warn \
+  > "$work/inspect.txt"
+grep -q "^valid sample 3 of [0-9]* (2 chunks of 64 tokens), from .*austen_text_document" \
+  "$work/inspect.txt" || fail "inspect: no header: $(head -3 "$work/inspect.txt")"
+[ "$(grep -c "^chunk " "$work/inspect.txt")" = 1 ] || fail "inspect: not chunk 1 alone"
+grep -q '^chunk 1 (tokens 64-127): "' "$work/inspect.txt" || fail "inspect: no chunk 1 text"
+[ "$(grep -c "^    continuation 1: \"" "$work/inspect.txt")" = 2 ] || fail "inspect: continuations"
+/usr/bin/python3 - "$work/one" "$work/inspect.txt" <<'PY' || fail "inspect: neighbours differ"
+import glob, re, sys, h5py
+work, printed = sys.argv[1], open(sys.argv[2]).read()
+shown = re.findall(r"neighbour \d: database chunk (\d+), \S+ document (\d+) tokens (\d+)-(\d+)", printed)
+rows = h5py.File(glob.glob(f"{work}/query/valid/0-*.h5")[0], "r")["neighbors"][3 * 2 + 1, :2]
+chunks = h5py.File(f"{work}/db/chunks.h5", "r")["chunks"][()]
+expected = [(str(i), str(chunks[i, 1]), str(chunks[i, 2]), str(chunks[i, 3] - 1)) for i in rows]
+assert shown == expected, (shown, expected)
+PY
+refused "inspect: --sample 99999: the valid split has" "$work/one" "$app" retro inspect \
+  --split valid --sample 99999
+refused "inspect: --split 'dev' is not one of train, valid, test" "$work/one" "$app" retro inspect \
+  --split dev
 
 # Resume (a block gone, a stale .partial) gives the same files. (Ranks share query blocks with
 # the same code as build-db's and embed's, whose 2-rank runs are tested.)

@@ -28,7 +28,9 @@ constexpr const char* kStages =
     "  index      a Faiss index (retro_index_str) trained on retro_index_ntrain chunks'\n"
     "             embeddings, holding every chunk\n"
     "  query      every train/valid/test sample chunk's neighbours (those of the sample's own\n"
-    "             documents removed), for the samples this config's training reads\n";
+    "             documents removed), for the samples this config's training reads\n"
+    "  inspect    a sample's chunks with their neighbours as text ([--split S] [--sample N]\n"
+    "             [--chunk C]; `megatron-app retro inspect --help`)\n";
 
 }  // namespace
 
@@ -49,7 +51,9 @@ SampleSpec retro_sample_fields(const RetroDataOptions& options) {
   return fields;
 }
 
-SampleSpec RetroDataset::sample_fields() const { return retro_sample_fields(options_); }
+SampleSpec RetroDataset::sample_fields() const {
+  return retro_sample_fields(options_);
+}
 
 std::array<std::int64_t, 3> RetroDataset::wanted_samples() const {
   const train::BatchSchedule batches =
@@ -100,7 +104,7 @@ void RetroDataset::get(data::Split split, std::int64_t index, const SampleSlots&
 }
 
 std::vector<DatasetCommand> RetroDataset::commands() {
-  return {{"retro", "build Retro's retrieval pipeline (build-db ...) in retro_workdir",
+  return {{"retro", "build Retro's retrieval pipeline in retro_workdir and inspect its neighbours",
            [this](const std::vector<std::string>& args, const CommandServices& services) {
              return run_stage(args, services);
            }}};
@@ -111,6 +115,7 @@ int RetroDataset::run_stage(const std::vector<std::string>& args, const CommandS
     if (parallel_.world_rank() == 0) std::cout << kStages;
     return args.empty() ? 2 : 0;
   }
+  if (args[0] == "inspect") return inspect(args);
   if (args.size() > 1) {
     throw UsageError("megatron-app retro " + args[0] + ": unexpected argument '" + args[1] + "'");
   }
@@ -133,7 +138,7 @@ int RetroDataset::run_stage(const std::vector<std::string>& args, const CommandS
     return 0;
   }
   throw UsageError("megatron-app retro: unknown stage '" + args[0] +
-                   "' (stages: build-db, embed, index, query)");
+                   "' (stages: build-db, embed, index, query, inspect)");
 }
 
 }  // namespace megatron::retro_data

@@ -1,6 +1,6 @@
 // Megatron's RetroDataset as a megatron::Dataset: the gpt dataset's samples, in the same order,
 // each with its neighbour tokens; and the `retro` command that builds the retrieval pipeline in
-// retro_workdir (build-db, embed, index, query).
+// retro_workdir (build-db, embed, index, query) and shows what it retrieved (inspect).
 #pragma once
 
 #include <array>
@@ -39,6 +39,8 @@ class RetroDataset final : public Dataset {
 
  private:
   int run_stage(const std::vector<std::string>& args, const CommandServices& services);
+  // `retro inspect [--split S] [--sample N] [--chunk C]` (retro_inspect.cpp).
+  int inspect(const std::vector<std::string>& args);
   // The samples each split is built with for this config's training (as `megatron-app data`).
   std::array<std::int64_t, 3> wanted_samples() const;
 
