@@ -19,11 +19,8 @@ cp -r "$embed_work/one" "$work/one"
 rm -rf "$work/one/query"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 fail() { echo "FAIL: $*" >&2; exit 1; }
-settings=(--set 'data.split="10,45,45"' --set data.retro_bert_max_chunk_length=$bert_length
-  --set data.retro_block_size=500 --set "data.retro_bert_load=$embed_work/bert"
-  --set 'data.retro_index_str="IVF16,Flat"' --set data.retro_index_ntrain=1000
-  --set data.retro_query_num_neighbors_query=50 --set data.retro_query_nprobe=4
-  --set "data.data_cache_path=$work/cache")
+source "$here/query_settings.sh"
+settings=("${query_settings[@]}" --set "data.data_cache_path=$work/cache")
 extra=()  # overrides after the settings
 app_in() {  # workdir command... (the retro config, the settings and `extra` appended)
   local dir=$1

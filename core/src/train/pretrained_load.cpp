@@ -20,19 +20,22 @@ bool starts_with_any(const std::string& name, const std::vector<std::string>& pr
                      [&](const std::string& p) { return name.rfind(p, 0) == 0; });
 }
 
-// The [model] type the checkpoint's stored config names, or "" when it names none.
-std::string saved_model_type(const std::string& config_toml, const std::string& file) {
+}  // namespace
+
+std::string config_model_type(const std::string& config_toml) {
   if (config_toml.empty()) return "";
   try {
-    const config::RawConfig raw = config::RawConfig::load_string(config_toml, file + " (config)");
+    const config::RawConfig raw = config::RawConfig::load_string(config_toml, "(config)");
     const config::RawTable* model = raw.find("model");
     if (!model) return "";
     auto type = model->keys.find("type");
     return type == model->keys.end() ? "" : type->second.string;
   } catch (const Error&) {
-    return "";  // an unreadable stored config does not hide the tensor checks below
+    return "";  // an unreadable stored config does not hide the loader's tensor checks
   }
 }
+
+namespace {
 
 // A vocabulary-sized tensor whose row count differs: Megatron pads the vocabulary to a multiple
 // of make_vocab_size_divisible_by x TP, so the same model saved at another TP may have more rows.
@@ -85,8 +88,8 @@ PretrainedReport load_tensors(const std::filesystem::path& path, const Parameter
   report.iteration = reader.attributes().iteration;
   report.config_toml = reader.attributes().config_toml;
 
+  const std::string saved = config_model_type(report.config_toml);
   if (!rules.model_type.empty()) {
-    const std::string saved = saved_model_type(report.config_toml, file);
     if (!saved.empty() && saved != rules.model_type) {
       throw ConfigError("checkpoint " + file + " was saved from a '" + saved +
                         "' model; this run builds a '" + rules.model_type +
@@ -107,15 +110,23 @@ PretrainedReport load_tensors(const std::filesystem::path& path, const Parameter
     return params.find(name) || (buffers && buffers->find(name));
   };
 
+  const bool other_type =
+      !rules.run_model_type.empty() && !saved.empty() && saved != rules.run_model_type;
+  const bool extends = rules.extend_other_type && other_type;
+  const std::string other_type_hint =
+      other_type ? "; it was saved from a '" + saved + "' model: to start this '" +
+                       rules.run_model_type + "' model from it, set [checkpoint] finetune = true"
+                 : " (is [model] the same as when it was saved?)";
+
   // Every check first, so a refused checkpoint leaves the model as it was built.
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Parameter* p = tensors[i];
     const std::string stored_path = kModel + p->name;
     if (!reader.has(stored_path)) {
-      if (is_buffer(i) || starts_with_any(p->name, rules.initialise)) continue;
+      if (is_buffer(i) || starts_with_any(p->name, rules.initialise) || extends) continue;
       throw ConfigError("checkpoint " + file + " has no tensor '" + p->name +
                         "', which the model has with shape " + shape_str(p->global_shape) +
-                        " (is [model] the same as when it was saved?)");
+                        other_type_hint);
     }
     const Shape stored = reader.shape(stored_path);
     if (stored != p->global_shape) {
@@ -161,6 +172,13 @@ PretrainedReport load_tensors(const std::filesystem::path& path, const Parameter
   if (parallel.world_rank() == 0) {
     for (const std::string& name : report.skipped)
       log.info("pretrained checkpoint {}: '{}' is not used by this model; skipped", file, name);
+  }
+  if (extends && parallel.tp_rank() <= 0 && parallel.dp_rank() <= 0) {
+    log.info(
+        "pretrained checkpoint {} (a '{}' model) starts this '{}' model: {} tensors loaded, {} "
+        "not in it initialised{}",
+        file, saved, rules.run_model_type, report.loaded.size(), report.initialised.size(),
+        parallel.pp_size() > 1 ? " (this pipeline stage's)" : "");
   }
   return report;
 }

@@ -218,8 +218,13 @@ void Trainer::Impl::load_checkpoint() {
 void Trainer::Impl::load_checkpoint_file(const std::filesystem::path& path) {
   const config::CheckpointConfig& cc = services.core.checkpoint;
   const bool weights_only = cc.finetune;
-  // The weights through the public loader (no tensor may differ), then what resuming adds.
-  const PretrainedReport loaded = load_pretrained(path, model, services.parallel, {}, services.log);
+  // The weights through the public loader (no tensor may differ; fine-tuning from another model
+  // type's checkpoint initialises what it lacks), then what resuming adds.
+  PretrainedRules rules;
+  rules.run_model_type = config_model_type(services.config_toml);
+  rules.extend_other_type = weights_only;
+  const PretrainedReport loaded =
+      load_pretrained(path, model, services.parallel, rules, services.log);
   const checkpoint::CheckpointReader reader(loaded.file);
   const std::string file = reader.file().string();
   const checkpoint::CheckpointState& s = reader.attributes();

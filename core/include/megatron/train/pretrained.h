@@ -26,7 +26,18 @@ struct PretrainedRules {
   // When set, the checkpoint's stored config must name this [model] type (a GPT task refuses a
   // BERT checkpoint with that reason rather than with its first differing tensor).
   std::string model_type;
+  // This run's [model] type, when known: named in the errors for a checkpoint of another type.
+  std::string run_model_type;
+  // With run_model_type (the trainer sets it for [checkpoint] finetune), a checkpoint saved from
+  // another model type may lack model parameters: they keep their initialisation and are
+  // reported. Megatron loads Retro non-strictly this way, so that a GPT checkpoint starts a Retro
+  // model (its cross-attention and retrieval encoder new). Every tensor of the checkpoint must
+  // still be one of the model's, with its shape.
+  bool extend_other_type = false;
 };
+
+// The [model] type a config's TOML names ("" when it names none or cannot be read).
+std::string config_model_type(const std::string& config_toml);
 
 struct PretrainedReport {
   std::filesystem::path file;  // the checkpoint file read
