@@ -189,7 +189,7 @@ TEST(RetroModel, NeighboursReachOnlyFromTheirChunksLastToken) {
   }
 }
 
-TEST(RetroModel, RefusesPipelineSequenceParallelMismatchedAndUnplacedNeighbours) {
+TEST(RetroModel, RefusesPipelineUnshardableMismatchedAndUnplacedNeighbours) {
   const RetroConfig c = tiny_config(6);
   ModelBuildInfo info;
   info.vocab_size = kVocab;
@@ -199,10 +199,14 @@ TEST(RetroModel, RefusesPipelineSequenceParallelMismatchedAndUnplacedNeighbours)
   EXPECT_NE(error_of([&] { RetroModel(c).build(info); }).find("pipeline_model_parallel_size"),
             std::string::npos);
   info.pipeline.size = 1;
+  // Sequence parallelism shards the neighbours too: TP must divide the retrieved length.
   info.tp_size = 2;
   info.sequence_parallel = true;
-  EXPECT_NE(error_of([&] { RetroModel(c).build(info); }).find("sequence_parallel"),
-            std::string::npos);
+  RetroConfig odd = c;
+  odd.chunks.retrieved_length = 5;
+  const std::string shards = error_of([&] { RetroModel(odd).build(info); });
+  EXPECT_NE(shards.find("sequence_parallel: the neighbours' 5 tokens"), std::string::npos)
+      << shards;
   info.tp_size = 1;
   info.sequence_parallel = false;
   info.sample_fields = {{kNeighborTokens, DType::i32, {kL, kK, 2 * kR}, FieldKind::token_ids}};

@@ -4,6 +4,7 @@
 
 #include "device_ids.h"
 #include "megatron/error.h"
+#include "sequence_shards.h"
 
 namespace megatron::retro {
 
@@ -15,12 +16,12 @@ struct ChunkedCrossAttention::Run : nn::Mixer::Saved {
 
 void ChunkedCrossAttention::declare(nn::ParamFactory& factory, const std::string& prefix,
                                     const nn::TransformerConfig& config) {
-  if (factory.tp.sp()) {
-    throw ConfigError(
-        "[parallel] sequence_parallel: Retro's chunked cross-attention (" + prefix +
-        ") under sequence parallelism is not available yet; set sequence_parallel = false");
-  }
-  attention.declare(factory, prefix + ".attn", config);
+  tp_ = factory.tp;
+  // Chunks cut across the sequence shards: under sequence parallelism the attention runs as plain
+  // tensor parallelism on the gathered sequence, its output reduced whole on every rank.
+  nn::ParamFactory whole = factory;
+  whole.tp.sequence_parallel = false;
+  attention.declare(whole, prefix + ".attn", config);
 }
 
 ChunkedCrossAttention::Layout ChunkedCrossAttention::layout(Backend& be, std::int64_t seq,
@@ -60,7 +61,8 @@ std::unique_ptr<nn::Mixer::Saved> ChunkedCrossAttention::forward(const nn::Layer
                                                                  Tensor& y) const {
   Backend& be = ctx.backend;
   const Tensor& memory = inputs.require(kEncoderOutput, "Retro's chunked cross-attention");
-  const std::int64_t seq = x.size(0), batch = x.size(1), h = x.size(2);
+  const Tensor x_full = gather_sequence(be, tp_, x);
+  const std::int64_t seq = x_full.size(0), batch = x.size(1), h = x.size(2);
   auto run = std::make_unique<Run>();
   run->layout = layout(be, seq, batch);
   const std::int64_t columns = batch * run->layout.chunks, m = shape_.chunk_length;
@@ -74,11 +76,13 @@ std::unique_ptr<nn::Mixer::Saved> ChunkedCrossAttention::forward(const nn::Layer
   }
   run->queries = be.empty({m, columns, h}, x.dtype());
   Tensor query_rows = nn::rows_of(run->queries);
-  be.embedding_forward(run->layout.query_rows, nn::rows_of(x), 0, query_rows);
+  be.embedding_forward(run->layout.query_rows, nn::rows_of(x_full), 0, query_rows);
   Tensor out = be.empty(run->queries.shape(), x.dtype());
   attention.forward(ctx, run->queries, memory, inputs, first_site, out, run->attention);
-  Tensor y_rows = nn::rows_of(y);
+  Tensor y_full = tp_.sp() ? be.empty(x_full.shape(), y.dtype()) : y;
+  Tensor y_rows = nn::rows_of(y_full);
   be.embedding_forward(run->layout.output_rows, nn::rows_of(out), 0, y_rows);
+  if (tp_.sp()) copy_own_rows(be, tp_, y_full, y);
   return run;
 }
 
@@ -89,15 +93,21 @@ void ChunkedCrossAttention::backward(const nn::LayerContext& ctx, const Tensor& 
   Run& run = static_cast<Run&>(saved);
   const Tensor& memory = inputs.require(kEncoderOutput, "Retro's chunked cross-attention");
   Tensor dmemory = inputs.gradient(kEncoderOutput, "Retro's chunked cross-attention backward");
+  // Every rank's output was the whole sequence's, each keeping its shard: the whole gradient is
+  // the shards' gradients gathered.
+  const Tensor dy_full = gather_sequence(be, tp_, dy);
   // Each attention output row went to at most one position: the scatter is its gradient.
   Tensor dout = be.empty(run.queries.shape(), x.dtype());
   Tensor dout_rows = nn::rows_of(dout);
-  be.embedding_backward(run.layout.output_rows, nn::rows_of(dy), 0, dout_rows, false);
+  be.embedding_backward(run.layout.output_rows, nn::rows_of(dy_full), 0, dout_rows, false);
   Tensor dqueries = be.empty(run.queries.shape(), x.dtype());
   attention.backward(ctx, run.queries, memory, dout, inputs, first_site, run.attention, dqueries,
                      dmemory);
-  Tensor dx_rows = nn::rows_of(dx);
+  // The attention's input gradient is whole on every rank (plain tensor parallelism).
+  Tensor dx_full = tp_.sp() ? be.empty(dy_full.shape(), dx.dtype()) : dx;
+  Tensor dx_rows = nn::rows_of(dx_full);
   be.embedding_backward(run.layout.query_rows, nn::rows_of(dqueries), 0, dx_rows, false);
+  if (tp_.sp()) copy_own_rows(be, tp_, dx_full, dx);
 }
 
 nn::BlockSpec chunked_cross_attention_block(ChunkShape shape) {

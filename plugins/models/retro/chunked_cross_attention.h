@@ -14,6 +14,7 @@
 
 #include "megatron/nn/block.h"
 #include "megatron/nn/cross_attention.h"
+#include "megatron/nn/tensor_parallel.h"
 
 namespace megatron::retro {
 
@@ -35,8 +36,9 @@ class ChunkedCrossAttention : public nn::Mixer {
   std::uint64_t dropout_sites() const override { return 1; }
   std::vector<std::string> gradient_inputs() const override { return {kEncoderOutput}; }
   // `<prefix>.attn.linear_q`, `.linear_kv`, `.linear_proj` (BaseRetroCrossAttention holds
-  // Megatron's CrossAttention as `attn`). Throws
-  // ConfigError under sequence parallelism (not built yet).
+  // Megatron's CrossAttention as `attn`). Under sequence parallelism x and y are sequence shards:
+  // x is gathered, the attention runs as plain tensor parallelism on the whole sequence, and each
+  // rank keeps its shard of the output (and, in backward, of the input gradient).
   void declare(nn::ParamFactory& factory, const std::string& prefix,
                const nn::TransformerConfig& config) override;
   std::unique_ptr<Saved> forward(const nn::LayerContext& ctx, const Tensor& x,
@@ -59,6 +61,7 @@ class ChunkedCrossAttention : public nn::Mixer {
   };
   Layout layout(Backend& backend, std::int64_t seq, std::int64_t batch) const;
   ChunkShape shape_;
+  nn::TensorParallelism tp_;  // the layer's, for the sequence shards
 };
 
 // cross_attention behind pre_cross_attn_layernorm, as Megatron's Retro decoder layer names them.

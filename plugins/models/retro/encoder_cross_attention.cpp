@@ -15,10 +15,10 @@ struct EncoderCrossAttention::Run : nn::Mixer::Saved {
 
 void EncoderCrossAttention::declare(nn::ParamFactory& factory, const std::string& prefix,
                                     const nn::TransformerConfig& config) {
+  // The retrieval encoder declares its layers without sequence parallelism (whole neighbours).
   if (factory.tp.sp()) {
-    throw ConfigError(
-        "[parallel] sequence_parallel: Retro's encoder cross-attention (" + prefix +
-        ") under sequence parallelism is not available yet; set sequence_parallel = false");
+    throw Error("Retro's encoder cross-attention (" + prefix +
+                ") runs on whole neighbours: declare it without sequence parallelism");
   }
   attention.declare(factory, prefix + ".attn", config);
 }

@@ -26,8 +26,9 @@ class EncoderCrossAttention : public nn::Mixer {
 
   std::uint64_t dropout_sites() const override { return 1; }
   std::vector<std::string> gradient_inputs() const override { return {kChunkContext}; }
-  // `<prefix>.attn.linear_q`, `.linear_kv`, `.linear_proj`. Throws ConfigError under sequence
-  // parallelism (not built yet).
+  // `<prefix>.attn.linear_q`, `.linear_kv`, `.linear_proj`. Throws Error for a factory with
+  // sequence parallelism: the retrieval encoder runs on whole neighbours (its layers are declared
+  // with plain tensor parallelism).
   void declare(nn::ParamFactory& factory, const std::string& prefix,
                const nn::TransformerConfig& config) override;
   std::unique_ptr<Saved> forward(const nn::LayerContext& ctx, const Tensor& x,

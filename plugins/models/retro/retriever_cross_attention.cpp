@@ -6,6 +6,7 @@
 #include "encoder_cross_attention.h"
 #include "megatron/error.h"
 #include "megatron/nn/core_blocks.h"
+#include "sequence_shards.h"
 
 namespace megatron::retro {
 
@@ -41,6 +42,11 @@ std::uint64_t RetrieverCrossAttention::dropout_sites() const {
 void RetrieverCrossAttention::declare(nn::ParamFactory& factory, const std::string& prefix,
                                       const nn::TransformerConfig& config) {
   cca.declare(factory, prefix, config);
+  tp_ = factory.tp;
+  // The encoder runs on whole neighbours and whole chunk contexts: plain tensor parallelism
+  // under sequence parallelism too.
+  nn::ParamFactory whole = factory;
+  whole.tp.sequence_parallel = false;
   nn::TransformerConfig ec = config;
   ec.num_layers = settings_.num_layers;
   ec.hidden_dropout = settings_.hidden_dropout;
@@ -52,7 +58,7 @@ void RetrieverCrossAttention::declare(nn::ParamFactory& factory, const std::stri
   for (std::int64_t l = 0; l < settings_.num_layers; ++l) {
     const nn::LayerSpec spec = encoder_spec(l);
     encoder[static_cast<std::size_t>(l)].declare(
-        factory, prefix + ".encoder.layers." + std::to_string(l), ec, spec, site);
+        whole, prefix + ".encoder.layers." + std::to_string(l), ec, spec, site);
     site += nn::Layer::dropout_sites(spec);
   }
 }
@@ -103,7 +109,8 @@ std::unique_ptr<nn::Mixer::Saved> RetrieverCrossAttention::forward(const nn::Lay
                                                                    std::uint64_t first_site,
                                                                    Tensor& y) const {
   Backend& be = ctx.backend;
-  const std::int64_t seq = x.size(0), batch = x.size(1), h = x.size(2);
+  const Tensor x_full = gather_sequence(be, tp_, x);
+  const std::int64_t seq = x_full.size(0), batch = x.size(1), h = x.size(2);
   const std::int64_t m = shape_.chunk_length, l = (seq + m - 1) / m;
   const std::int64_t r = shape_.retrieved_length, k = shape_.num_neighbors;
   const Tensor& neighbors = inputs.require(kNeighborEmbeddings, "Retro's retrieval encoder");
@@ -117,7 +124,7 @@ std::unique_ptr<nn::Mixer::Saved> RetrieverCrossAttention::forward(const nn::Lay
   run->context_rows = device_ids(be, chunk_context_rows(seq, batch, m));
   run->context = be.empty({m, batch * l, h}, x.dtype());
   Tensor context_rows = nn::rows_of(run->context);
-  be.embedding_forward(run->context_rows, nn::rows_of(x), 0, context_rows);
+  be.embedding_forward(run->context_rows, nn::rows_of(x_full), 0, context_rows);
 
   nn::LayerContext encoder_ctx = ctx;
   encoder_ctx.site_base = ctx.site_base + first_site + cca.dropout_sites();
@@ -169,10 +176,18 @@ void RetrieverCrossAttention::backward(const nn::LayerContext& ctx, const Tensor
   }
   Tensor dneighbors = inputs.gradient(kNeighborEmbeddings, "Retro's retrieval encoder backward");
   be.add(dneighbors, d, dneighbors);
-  // The chunks were this layer's normed input.
-  Tensor dx_context = be.empty(x.shape(), x.dtype());
+  // The chunks were this layer's normed input (the whole sequence's: every rank's gradient is
+  // whole, each keeps its shard under sequence parallelism).
+  Shape full_shape = x.shape();
+  full_shape[0] = nn::tp_full_rows(tp_, x.size(0));
+  Tensor dx_context = be.empty(full_shape, x.dtype());
   Tensor dx_context_rows = nn::rows_of(dx_context);
   be.embedding_backward(run.context_rows, nn::rows_of(dcontext), 0, dx_context_rows, false);
+  if (tp_.sp()) {
+    Tensor own = be.empty(x.shape(), x.dtype());
+    copy_own_rows(be, tp_, dx_context, own);
+    dx_context = own;
+  }
   be.add(dx, dx_context, dx);
 }
 

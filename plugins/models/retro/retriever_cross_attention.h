@@ -77,6 +77,7 @@ class RetrieverCrossAttention : public nn::Mixer {
                                  std::int64_t columns) const;
   ChunkShape shape_;
   EncoderSettings settings_;
+  nn::TensorParallelism tp_;  // the layer's, for the sequence shards
 };
 
 // cross_attention behind pre_cross_attn_layernorm, with the retrieval encoder.

@@ -1,6 +1,7 @@
 // Retro: GPT's language model with Retro layers at Megatron's layer numbers, the neighbour
 // embeddings in the pre-process and the retrieval encoder's output buffer among the layer inputs.
 #include "retro_model.h"
+#include "sequence_shards.h"
 
 #include <algorithm>
 #include <sstream>
@@ -50,13 +51,14 @@ void RetroModel::prepare(const ModelBuildInfo& info) {
         "and the neighbour embeddings come from the first stage's embedding; Megatron refuses "
         "pipeline parallelism for Retro too); use tensor or data parallelism");
   }
-  if (info.sequence_parallel) {
-    throw ConfigError(
-        "[parallel] sequence_parallel: Retro's chunked cross-attention cuts the whole sequence "
-        "into chunks, which sequence shards do not hold (Megatron refuses sequence parallelism "
-        "for Retro too); set sequence_parallel = false");
-  }
   const ChunkShape& c = retro_.chunks;
+  if (info.sequence_parallel && info.tp_size > 1 && c.retrieved_length % info.tp_size != 0) {
+    throw ConfigError("[parallel] sequence_parallel: the neighbours' " +
+                      std::to_string(c.retrieved_length) +
+                      " tokens (retro_num_retrieved_chunks x retro_chunk_length) are embedded in "
+                      "sequence shards too, so tensor_model_parallel_size (" +
+                      std::to_string(info.tp_size) + ") must divide them");
+  }
   if (config_.position_embedding == nn::PositionEmbedding::learned_absolute &&
       c.retrieved_length > config_.max_position_embeddings) {
     throw ConfigError("[model] max_position_embeddings: the neighbours' " +
@@ -135,9 +137,13 @@ Tensor RetroModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
     if (embedding().position_embeddings)
       st->positions = nn::sequence_major(be, positions.view({columns, r}));
   }
-  Tensor embedded = be.empty({r, columns, config_.transformer.hidden_size}, info().param_dtype);
-  embedding().forward(ctx, st->ids, 1, embedded, nullptr,
+  // Under sequence parallelism the embedding gives this rank's rows (its own dropout masks
+  // those of the unsplit run); the encoder takes whole neighbours.
+  Tensor shard =
+      be.empty({local_seq(r), columns, config_.transformer.hidden_size}, info().param_dtype);
+  embedding().forward(ctx, st->ids, 1, shard, nullptr,
                       st->positions.defined() ? &st->positions : nullptr);
+  const Tensor embedded = gather_sequence(be, tp(), shard);
   st->grad = be.empty(embedded.shape(), embedded.dtype());
   be.fill(st->grad, 0.0);
   inputs.set(kNeighborEmbeddings, embedded);
@@ -149,7 +155,14 @@ Tensor RetroModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch,
 void RetroModel::pre_backward(const nn::LayerContext& ctx, ProcessState* state, const Tensor& dx) {
   auto* st = static_cast<NeighborState*>(state);
   LanguageModel::pre_backward(ctx, st->tokens.get(), dx);
-  embedding().backward(ctx, st->ids, 1, st->grad, nullptr,
+  // The encoder's gradient is whole on every rank; the embedding takes its own rows'.
+  Tensor grad = st->grad;
+  if (tp().sp()) {
+    grad = ctx.backend.empty({local_seq(st->grad.size(0)), st->grad.size(1), st->grad.size(2)},
+                             st->grad.dtype());
+    copy_own_rows(ctx.backend, tp(), st->grad, grad);
+  }
+  embedding().backward(ctx, st->ids, 1, grad, nullptr,
                        st->positions.defined() ? &st->positions : nullptr);
 }
 

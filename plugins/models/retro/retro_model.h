@@ -3,7 +3,8 @@
 // self-attention and the MLP, the first of them running the retrieval encoder over the embedded
 // neighbour tokens. The pre-process embeds both the tokens and the neighbours (the same
 // embedding, as RetroModel's `self.embedding(context_input_ids, ...)`), and everything else is
-// GPT's. Pipeline and sequence parallelism are refused, as Megatron refuses them.
+// GPT's. Pipeline parallelism is refused, as Megatron refuses it; sequence parallelism (which
+// Megatron refuses for Retro) works: the Retro blocks gather the sequence they need.
 #pragma once
 
 #include <cstdint>
