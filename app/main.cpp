@@ -20,6 +20,7 @@ const std::vector<Command>& commands() {
       {"preprocess", run_preprocess, "tokenize loose JSON lines into a Megatron indexed dataset"},
       {"inspect", run_inspect, "show a checkpoint's tensors and statistics, or diff two"},
       {"data", run_data, "print the samples of a split in the order training consumes them"},
+      {"generate", run_generate, "generate text from a trained language model's checkpoint"},
   };
   return table;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job from a fresh clone: installs dependencies, builds megatron-app, and trains the
 # default tiny GPT (configs/gpt_tiny.toml) on the bundled corpus, printing Megatron's log lines
-# with the falling loss, validation and test loss, and saving HDF5 checkpoints.
+# with the falling loss, validation and test loss, and saving HDF5 checkpoints; then generates a
+# greedy continuation of a prompt from the trained model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh main
@@ -18,3 +19,6 @@ rm -rf checkpoints/gpt_tiny
 "$app" --config configs/gpt_tiny.toml
 echo "== the last checkpoint"
 "$app" inspect checkpoints/gpt_tiny
+echo "== what it learned: a greedy continuation of a prompt (megatron-app generate)"
+"$app" generate --config configs/gpt_tiny.toml --log-level warn --top-k 1 --tokens-to-generate 40 \
+  --prompt "It is a truth universally acknowledged"

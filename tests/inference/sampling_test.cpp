@@ -16,13 +16,15 @@ namespace {
 std::set<std::int32_t> reachable(const std::vector<float>& logits, std::int64_t vocab,
                                  const SamplingParams& p) {
   std::set<std::int32_t> out;
-  for (int i = 0; i < 1000; ++i) out.insert(sample_token(logits, vocab, p, (i + 0.5) / 1000));
+  for (int i = 0; i < 1000; ++i)
+    out.insert(sample_token(logits, vocab, p, (i + 0.5) / 1000));
   return out;
 }
 
 std::vector<float> log_of(const std::vector<double>& probs) {
   std::vector<float> out;
-  for (const double q : probs) out.push_back(static_cast<float>(std::log(q)));
+  for (const double q : probs)
+    out.push_back(static_cast<float>(std::log(q)));
   return out;
 }
 
@@ -75,7 +77,8 @@ TEST(Sampling, DrawsFromTheRenormalisedDistributionInFallingOrder) {
   SamplingParams warm;
   warm.temperature = 2.0;
   int ones = 0;
-  for (int i = 0; i < 3000; ++i) ones += sample_token(two, 2, warm, (i + 0.5) / 3000) == 1;
+  for (int i = 0; i < 3000; ++i)
+    ones += sample_token(two, 2, warm, (i + 0.5) / 3000) == 1;
   EXPECT_EQ(ones, 2000);
 }
 
@@ -87,8 +90,7 @@ TEST(Sampling, RefusesParametersAsMegatronsServer) {
   EXPECT_EQ(error(p), "temperature must be a positive number less than or equal to 100.0");
   p = {};
   p.top_k = 1001;
-  EXPECT_EQ(error(p),
-            "top_k must be equal to or greater than 0 and less than or equal to 1000");
+  EXPECT_EQ(error(p), "top_k must be equal to or greater than 0 and less than or equal to 1000");
   p = {};
   p.top_k = 5;
   EXPECT_NE(sampling_error(p, 5).find("less than the vocabulary size (5)"), std::string::npos);

@@ -66,18 +66,21 @@ std::int32_t sample_token(std::span<const float> logits, std::int64_t vocab_size
   if (p.top_k > 1) {
     // Megatron removes the logits below the k-th largest: ties with it stay.
     kept = static_cast<std::size_t>(p.top_k);
-    while (kept < n && scaled[kept] == scaled[kept - 1]) ++kept;
+    while (kept < n && scaled[kept] == scaled[kept - 1])
+      ++kept;
   }
   // Softmax over the kept candidates (the max first, in double).
   std::vector<double> probs(kept);
   double total = 0.0;
-  for (std::size_t i = 0; i < kept; ++i) total += probs[i] = std::exp(scaled[i] - scaled[0]);
+  for (std::size_t i = 0; i < kept; ++i)
+    total += probs[i] = std::exp(scaled[i] - scaled[0]);
   if (p.top_p > 0.0) {
     // The candidate whose preceding cumulative probability already exceeds top_p is removed
     // (Megatron's filter shifted by one), so the first always stays.
     double before = 0.0;
     std::size_t cut = 0;
-    while (cut < kept && !(before > p.top_p)) before += probs[cut++] / total;
+    while (cut < kept && !(before > p.top_p))
+      before += probs[cut++] / total;
     kept = std::max<std::size_t>(cut, 1);
     total = std::accumulate(probs.begin(), probs.begin() + static_cast<std::ptrdiff_t>(kept), 0.0);
   }

@@ -10,11 +10,11 @@
 namespace megatron::inference {
 
 struct SamplingParams {
-  std::int64_t top_k = 0;     // 1: greedy (argmax); > 1: the k largest logits
-  double top_p = 0.0;         // (0, 1]: the smallest set of largest probabilities reaching top_p
-  double temperature = 1.0;   // logits divided by it before top-k / top-p (not for greedy)
-  double top_p_decay = 0.0;   // after each token top_p *= top_p_decay ...
-  double top_p_bound = 0.0;   // ... but not below top_p_bound
+  std::int64_t top_k = 0;    // 1: greedy (argmax); > 1: the k largest logits
+  double top_p = 0.0;        // (0, 1]: the smallest set of largest probabilities reaching top_p
+  double temperature = 1.0;  // logits divided by it before top-k / top-p (not for greedy)
+  double top_p_decay = 0.0;  // after each token top_p *= top_p_decay ...
+  double top_p_bound = 0.0;  // ... but not below top_p_bound
 };
 
 // "" when the parameters are valid for a vocabulary of `vocab_size`, else Megatron's message

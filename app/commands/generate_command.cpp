@@ -1,0 +1,252 @@
+// `megatron-app generate --config FILE --prompt TEXT ...`: text from a trained decoder-only
+// language model (GPT, Mamba/hybrid, MoE GPT), greedy or with Megatron's sampling. One rank; each
+// new token recomputes the whole sequence (Megatron's legacy generation without its KV cache).
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "commands/commands.h"
+#include "megatron/dataset.h"
+#include "megatron/error.h"
+#include "megatron/inference/sampling.h"
+#include "megatron/model.h"
+#include "megatron/nn/language_model.h"
+#include "megatron/parallel/parallel_state.h"
+#include "megatron/train/model_setup.h"
+#include "megatron/train/pretrained.h"
+#include "plugin_objects.h"
+#include "session.h"
+
+namespace megatron::app {
+
+namespace po = boost::program_options;
+
+namespace {
+
+struct GenerateOptions {
+  std::string load;
+  std::vector<std::string> prompts;
+  std::string prompts_file;
+  std::int64_t tokens_to_generate = 64;
+  inference::SamplingParams sampling;
+  std::uint64_t seed = 1234;
+  bool stop_on_eol = false;
+  bool stop_on_double_eol = false;
+  std::string output_json;
+};
+
+// The prompts of --prompt (in order) and --prompts-file (one a line).
+std::vector<std::string> read_prompts(const GenerateOptions& o) {
+  std::vector<std::string> prompts = o.prompts;
+  if (!o.prompts_file.empty()) {
+    std::ifstream in(o.prompts_file);
+    if (!in)
+      throw UsageError("megatron-app generate: --prompts-file: cannot read " + o.prompts_file);
+    for (std::string line; std::getline(in, line);)
+      prompts.push_back(line);
+  }
+  if (prompts.empty()) {
+    throw UsageError("megatron-app generate: give a --prompt or a --prompts-file");
+  }
+  return prompts;
+}
+
+// Where the weights come from: --load, else [checkpoint] load, else save (the main job's).
+std::string checkpoint_to_load(const GenerateOptions& o, const config::CheckpointConfig& c) {
+  if (!o.load.empty()) return o.load;
+  if (!c.load.empty()) return c.load;
+  if (!c.save.empty()) return c.save;
+  throw UsageError(
+      "megatron-app generate: no checkpoint: give --load, or set [checkpoint] load or save");
+}
+
+struct Generated {
+  std::vector<TokenId> prompt, tokens;
+  std::string text;        // the continuation
+  std::string stopped_by;  // "length", "eod", "eol", "double eol", "seq_length"
+};
+
+// A micro-batch of one sequence: `ids` then end-of-document padding to the model's length (the
+// positions after the last id do not reach its logits: every mixer is causal).
+Batch one_sequence(const SampleSpec& fields, const std::vector<TokenId>& ids, TokenId eod) {
+  Batch batch = Batch::allocate(fields, 1);
+  const SampleSlots slots = batch.sample(0);
+  auto tokens = slots.i32("tokens");
+  std::fill(tokens.begin(), tokens.end(), eod);
+  std::copy(ids.begin(), ids.end(), tokens.begin());
+  auto labels = slots.i32("labels");
+  std::fill(labels.begin(), labels.end(), eod);
+  auto mask = slots.get<float>("loss_mask");
+  std::fill(mask.begin(), mask.end(), 0.0f);
+  return batch;
+}
+
+Generated generate_one(nn::LanguageModel& lm, const SampleSpec& fields, const Tokenizer& tokenizer,
+                       std::int64_t seq_length, const std::string& prompt,
+                       const GenerateOptions& o) {
+  Generated out;
+  out.prompt = tokenizer.encode(prompt);
+  // An empty prompt starts from the end-of-document token, as an unconditional sample.
+  std::vector<TokenId> ids =
+      out.prompt.empty() ? std::vector<TokenId>{tokenizer.eod()} : out.prompt;
+  if (static_cast<std::int64_t>(ids.size()) >= seq_length) {
+    throw UsageError(
+        fmt::format("megatron-app generate: the prompt has {} tokens; the model reads at most {} "
+                    "([data] seq_length), so no token is left to generate",
+                    ids.size(), seq_length));
+  }
+  const auto vocab = static_cast<std::int64_t>(tokenizer.vocab_size());
+  std::mt19937_64 random(o.seed);  // each prompt its own stream, from the seed
+  inference::SamplingParams params = o.sampling;
+  out.stopped_by = "length";
+  for (std::int64_t step = 0; step < o.tokens_to_generate; ++step) {
+    if (static_cast<std::int64_t>(ids.size()) == seq_length) {
+      out.stopped_by = "seq_length";
+      break;
+    }
+    const Tensor logits = lm.logits(one_sequence(fields, ids, tokenizer.eod()));
+    const Tensor row = logits.select(0, 0).select(0, static_cast<std::int64_t>(ids.size()) - 1);
+    const double uniform = std::uniform_real_distribution<double>(0.0, 1.0)(random);
+    const std::int32_t token = inference::sample_token(
+        std::span<const float>(row.data<float>(), static_cast<std::size_t>(row.numel())), vocab,
+        params, uniform);
+    params.top_p = inference::decayed_top_p(params, params.top_p);
+    if (token == tokenizer.eod()) {
+      out.stopped_by = "eod";
+      break;
+    }
+    ids.push_back(token);
+    out.tokens.push_back(token);
+    const std::string piece = tokenizer.decode(std::span<const TokenId>(&out.tokens.back(), 1));
+    if (o.stop_on_double_eol && tokenizer.decode(out.tokens).find("\n\n") != std::string::npos) {
+      out.stopped_by = "double eol";
+      break;
+    }
+    if (o.stop_on_eol && piece.find('\n') != std::string::npos) {
+      out.stopped_by = "eol";
+      break;
+    }
+  }
+  out.text = tokenizer.decode(out.tokens);
+  return out;
+}
+
+po::options_description describe_options(CommonOptions& common, GenerateOptions& o) {
+  po::options_description d(
+      "megatron-app generate --config FILE [--load CKPT] --prompt TEXT [options]\n"
+      "Generates text from the checkpoint of a decoder-only language model of the config ([model]\n"
+      "gpt, mamba, ...; its [data] plugin gives the tokenizer and the sequence length). Prints\n"
+      "each prompt followed by its continuation. Greedy with --top-k 1; otherwise Megatron's\n"
+      "sampling (temperature, then top-k or top-p), never producing a padded-vocabulary id, from\n"
+      "--seed. Stops at the end-of-document token, after --tokens-to-generate tokens, or when the\n"
+      "sequence reaches [data] seq_length. One rank; each token recomputes the whole sequence.\n\n"
+      "Options");
+  add_common_options(d, common, true);
+  d.add_options()  //
+      ("load", po::value(&o.load)->value_name("CKPT"),
+       "checkpoint file or directory (default: [checkpoint] load, else save)")  //
+      ("prompt", po::value(&o.prompts)->composing()->value_name("TEXT"),
+       "a prompt (repeatable)")                                                                //
+      ("prompts-file", po::value(&o.prompts_file)->value_name("FILE"), "prompts, one a line")  //
+      ("tokens-to-generate", po::value(&o.tokens_to_generate)->default_value(64)->value_name("N"),
+       "at most N new tokens a prompt")  //
+      ("temperature", po::value(&o.sampling.temperature)->default_value(1.0)->value_name("T"),
+       "logits divided by T before sampling, in (0, 100]")  //
+      ("top-k", po::value(&o.sampling.top_k)->default_value(0)->value_name("K"),
+       "1: greedy; K > 1: sample among the K most likely")  //
+      ("top-p", po::value(&o.sampling.top_p)->default_value(0.0)->value_name("P"),
+       "sample among the most likely tokens reaching probability P")  //
+      ("top-p-decay", po::value(&o.sampling.top_p_decay)->default_value(0.0)->value_name("D"),
+       "top-p times D after each token")  //
+      ("top-p-bound", po::value(&o.sampling.top_p_bound)->default_value(0.0)->value_name("B"),
+       "top-p never decays below B")  //
+      ("seed", po::value(&o.seed)->default_value(1234)->value_name("N"),
+       "the sampling's random seed (each prompt starts from it)")                            //
+      ("stop-on-eol", po::bool_switch(&o.stop_on_eol), "stop after a token with a newline")  //
+      ("stop-on-double-eol", po::bool_switch(&o.stop_on_double_eol),
+       "stop once the continuation holds an empty line")  //
+      ("output-json", po::value(&o.output_json)->value_name("FILE"),
+       "also write the prompts' token ids, generated ids and texts as JSON");
+  return d;
+}
+
+void write_json(const std::string& path, const std::vector<std::string>& prompts,
+                const std::vector<Generated>& results) {
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    out.push_back({{"prompt", prompts[i]},
+                   {"prompt_tokens", results[i].prompt},
+                   {"tokens", results[i].tokens},
+                   {"text", results[i].text},
+                   {"stopped_by", results[i].stopped_by}});
+  }
+  std::ofstream file(path);
+  file << out.dump(2) << "\n";
+  if (!file) throw Error("megatron-app generate: --output-json: cannot write " + path);
+}
+
+}  // namespace
+
+int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
+  CommonOptions common;
+  GenerateOptions o;
+  const po::options_description description = describe_options(common, o);
+  parse_arguments("generate", args, description, common.help);
+  if (common.help) {
+    std::cout << description << "\n";
+    return 0;
+  }
+  const std::vector<std::string> prompts = read_prompts(o);
+  if (o.tokens_to_generate < 1) {
+    throw UsageError("megatron-app generate: --tokens-to-generate: expected 1 or more, found " +
+                     std::to_string(o.tokens_to_generate));
+  }
+  Session session = open_session(runtime, common, {});
+  const config::CoreConfig& core = session.config.core();
+  if (runtime.world_size() > 1 || core.parallel.tensor_model_parallel_size > 1 ||
+      core.parallel.pipeline_model_parallel_size > 1) {
+    throw UsageError(
+        "megatron-app generate: runs on one rank for now (no mpirun, [parallel] sizes 1); the "
+        "checkpoint may come from any layout");
+  }
+  ParallelState parallel = ParallelState::create(runtime, parallel_sizes(core.parallel));
+  auto dataset =
+      create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset", "type = \"gpt\"");
+  const Tokenizer& tokenizer = dataset->tokenizer();
+  const std::string error =
+      inference::sampling_error(o.sampling, static_cast<std::int64_t>(tokenizer.vocab_size()));
+  if (!error.empty()) throw UsageError("megatron-app generate: " + error);
+
+  auto model =
+      create_plugin<Model>(session, parallel, "model", "megatron::Model", "type = \"gpt\"");
+  auto* lm = dynamic_cast<nn::LanguageModel*>(model.get());
+  const std::string type = session.selected_for("model")->record->name;
+  if (!lm) {
+    throw UsageError("megatron-app generate: [model] type '" + type +
+                     "' is not a decoder-only language model (gpt, mamba, ...); it cannot "
+                     "generate text");
+  }
+  const SampleSpec fields = dataset->sample_fields();
+  model->build(train::model_build_info(parallel, core, *model,
+                                       static_cast<std::int64_t>(tokenizer.vocab_size()),
+                                       dataset->seq_length(), fields));
+  train::PretrainedRules rules;
+  rules.model_type = type;
+  const train::PretrainedReport report = train::load_pretrained(
+      checkpoint_to_load(o, core.checkpoint), *model, parallel, rules, *session.log);
+  session.log->info("generating from {} (iteration {})", report.file.string(), report.iteration);
+
+  std::vector<Generated> results;
+  for (const std::string& prompt : prompts) {
+    results.push_back(generate_one(*lm, fields, tokenizer, dataset->seq_length(), prompt, o));
+    std::cout << prompt << results.back().text << "\n" << std::flush;
+  }
+  if (!o.output_json.empty()) write_json(o.output_json, prompts, results);
+  return 0;
+}
+
+}  // namespace megatron::app

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# `megatron-app generate` against an independent PyTorch greedy decode (generate_reference.py:
+# every token the argmax after its prefix, the end of document where it stopped) on two
+# checkpoints: the tasks' GPT (learned positions, tied output layer) and a GPT with rope, grouped
+# queries, SwiGLU and RMSNorm trained here for 10 iterations; sampling reproducible from its seed
+# and different for another seed; greedy whatever the temperature; refusals with exit 2 naming
+# the reason (a BERT, a prompt as long as the sequence, top-k with top-p, no prompt).
+#   generate_test.sh MEGATRON_APP WORK_DIR TASKS_GPT_CHECKPOINT_DIR
+set -euo pipefail
+app=$1 work=$2 tasks_dir=$3
+tasks_ckpt=$(printf '%s/iter_%07d.h5' "$tasks_dir" "$(cat "$tasks_dir/latest_checkpointed_iteration.txt")")
+here=$(cd "$(dirname "$0")" && pwd)
+data=$here/../../data
+configs=$here/../../configs
+rm -rf "$work" && mkdir -p "$work"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+fail() { echo "FAIL: $*" >&2; exit 1; }
+prompts=(--prompt "It is a truth universally acknowledged" --prompt "" --prompt "Mr. Darcy said")
+reference() {  # checkpoint.h5 generated.json
+  /usr/bin/python3 "$here/../reference/generate_reference.py" --checkpoint "$1" \
+    --vocab-file "$data/encoder.json" --merge-file "$data/vocab.bpe" --compare "$2"
+}
+generate() {  # config json [more arguments]
+  local config=$1 json=$2
+  shift 2
+  "$app" generate --config "$config" --log-level warn --output-json "$json" "$@" > /dev/null
+}
+refused() {  # expected-message arguments...
+  local message=$1
+  shift
+  set +e
+  "$app" generate --log-level warn "$@" > /dev/null 2> "$work/refused.log"
+  local code=$?
+  set -e
+  [ "$code" = 2 ] || fail "exit $code, expected 2: $(cat "$work/refused.log")"
+  grep -q -- "$message" "$work/refused.log" || fail "expected '$message': $(cat "$work/refused.log")"
+}
+
+# The tasks' GPT (configs/gpt_tiny.toml's main job).
+tasks=(--load "$tasks_ckpt" --set "data.data_cache_path=$work/cache")
+generate "$configs/gpt_tiny.toml" "$work/tasks.json" "${tasks[@]}" "${prompts[@]}" --top-k 1 \
+  --tokens-to-generate 16
+reference "$tasks_ckpt" "$work/tasks.json"
+
+# Rope with grouped queries, SwiGLU and RMSNorm.
+modern=(--set model.num_layers=2 --set 'model.position_embedding_type="rope"'
+  --set model.num_query_groups=2 --set model.swiglu=true --set 'model.normalization="RMSNorm"'
+  --set "data.data_cache_path=$work/cache")
+"$app" --config "$configs/gpt_tiny.toml" "${modern[@]}" --log-level warn \
+  --set training.train_iters=10 --set training.lr_warmup_iters=2 --set training.eval_iters=0 \
+  --set "checkpoint.save=$work/modern" --set checkpoint.save_interval=10 > /dev/null
+generate "$configs/gpt_tiny.toml" "$work/modern.json" "${modern[@]}" --load "$work/modern" \
+  "${prompts[@]}" --top-k 1 --tokens-to-generate 16
+reference "$work/modern/iter_0000010.h5" "$work/modern.json"
+
+# Sampling: the same seed gives the same text, another seed another; top-k 1 is greedy at any
+# temperature.
+sample=("${tasks[@]}" --prompt "Elizabeth" --tokens-to-generate 12)
+generate "$configs/gpt_tiny.toml" "$work/seed1.json" "${sample[@]}" --seed 1
+generate "$configs/gpt_tiny.toml" "$work/seed1_again.json" "${sample[@]}" --seed 1
+generate "$configs/gpt_tiny.toml" "$work/seed2.json" "${sample[@]}" --seed 2
+cmp "$work/seed1.json" "$work/seed1_again.json" || fail "the same seed sampled differently"
+! cmp -s "$work/seed1.json" "$work/seed2.json" || fail "seeds 1 and 2 sampled the same text"
+generate "$configs/gpt_tiny.toml" "$work/greedy_hot.json" "${tasks[@]}" "${prompts[@]}" \
+  --top-k 1 --tokens-to-generate 16 --temperature 7
+cmp "$work/tasks.json" "$work/greedy_hot.json" || fail "greedy depends on the temperature"
+
+refused "is not a decoder-only language model" --config "$configs/bert_tiny.toml" \
+  --load "$tasks_ckpt" --prompt "x" --set "data.data_cache_path=$work/cache"
+long=$(printf 'word %.0s' $(seq 200))
+refused "the prompt has 201 tokens; the model reads at most 128" --config "$configs/gpt_tiny.toml" \
+  "${tasks[@]}" --prompt "$long"
+refused "cannot set both top-k and top-p samplings." --config "$configs/gpt_tiny.toml" \
+  "${tasks[@]}" --prompt "x" --top-k 5 --top-p 0.5
+refused "give a --prompt or a --prompts-file" --config "$configs/gpt_tiny.toml" "${tasks[@]}"
+echo "generate: greedy equals the reference on both checkpoints; sampling and refusals OK"

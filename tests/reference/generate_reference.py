@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Independent greedy decoding of a megatron-app GPT checkpoint in PyTorch, checked against
+`megatron-app generate --top-k 1 --output-json`.
+
+usage: generate_reference.py --checkpoint FILE.h5 --vocab-file encoder.json
+           --merge-file vocab.bpe --compare GENERATED.json
+
+For each prompt of GENERATED.json: the prompt's GPT-2 BPE ids (tests/data/gpt2_reference_encoder.py,
+a port of OpenAI's encoder.py) must equal megatron-app's; then each step of Megatron's legacy
+greedy loop (megatron/inference/text_generation/generation.py with top_k = 1: the whole sequence
+recomputed, the argmax over the vocabulary without its padding, stop at the end-of-document id),
+with gpt_reference.py's Megatron-core GPT forward in float64 on the checkpoint's weights, must
+pick megatron-app's token after megatron-app's prefix (a near tie, within TIE, counted apart), and
+the end of document where megatron-app stopped there. An empty prompt starts from the
+end-of-document id. Prints a line per prompt; exit status 1 on any difference.
+"""
+import argparse
+import json
+import os
+import sys
+
+import h5py
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "data"))
+from checkpoint_attrs import config_text  # noqa: E402
+from gpt_reference import Config, forward, load_tensors  # noqa: E402
+from gpt2_reference_encoder import Encoder  # noqa: E402
+
+torch.set_num_threads(1)
+EOD = 50256  # GPT-2's <|endoftext|>, Megatron's eod for GPT2BPETokenizer
+TIE = 1e-4   # float32 logits against float64 ones: a near tie may go either way
+
+
+def check_steps(W, cfg, start, generated, eod_at_end, vocab):
+    """Each generated id (and the final end of document) is the argmax of the logits after the
+    prefix megatron-app had: exact, or within TIE of the maximum (float64 here, float32 there).
+    Returns (exact steps, near-tie steps, first failing step or None)."""
+    targets = generated + ([EOD] if eod_at_end else [])
+    exact = ties = 0
+    for i, token in enumerate(targets):
+        logits = forward(W, torch.tensor([start + generated[:i]]), cfg)[0, -1, :vocab]
+        best = float(logits.max())
+        if int(torch.argmax(logits)) == token:
+            exact += 1
+        elif float(logits[token]) >= best - TIE:
+            ties += 1
+        else:
+            return exact, ties, i
+    return exact, ties, None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--vocab-file", required=True)
+    parser.add_argument("--merge-file", required=True)
+    parser.add_argument("--compare", required=True)
+    args = parser.parse_args()
+    with h5py.File(args.checkpoint, "r") as f:
+        cfg = Config(config_text(f))
+        W = {k: v.double() for k, v in load_tensors(f, "model").items()}
+    encoder = Encoder(args.vocab_file, args.merge_file)
+    vocab = len(encoder.encoder)
+    ok = True
+    for item in json.load(open(args.compare)):
+        prompt, tokens = item["prompt"], item["tokens"]
+        prompt_ids = encoder.encode(prompt)
+        if prompt_ids != item["prompt_tokens"]:
+            print(f"FAIL {prompt!r}: prompt ids {item['prompt_tokens']}, expected {prompt_ids}")
+            ok = False
+            continue
+        eod = item["stopped_by"] == "eod"
+        exact, ties, bad = check_steps(W, cfg, prompt_ids or [EOD], tokens, eod, vocab)
+        if bad is not None:
+            print(f"FAIL {prompt!r}: step {bad} ({(tokens + [EOD])[bad]}) is not the argmax")
+            ok = False
+            continue
+        print(f"ok   {prompt!r}: {len(tokens)} tokens ({item['stopped_by']}), {exact} exact "
+              f"argmax, {ties} within {TIE} of it")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
