@@ -1,8 +1,10 @@
 // `megatron-app generate --config FILE --prompt TEXT ...`: text from a trained decoder-only
-// language model (GPT, Mamba/hybrid, MoE GPT), greedy or with Megatron's sampling. One rank; each
-// new token recomputes the whole sequence (Megatron's legacy generation without its KV cache).
+// language model (GPT, Mamba/hybrid, MoE GPT), greedy or with Megatron's sampling. One rank;
+// decoded with the KV cache where every block can (LayerStackModel::can_decode), else each new
+// token recomputes the whole sequence.
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -37,6 +39,7 @@ struct GenerateOptions {
   bool stop_on_eol = false;
   bool stop_on_double_eol = false;
   std::string output_json;
+  bool recompute = false;  // no KV cache (also when the model cannot decode incrementally)
 };
 
 // The prompts of --prompt (in order) and --prompts-file (one a line).
@@ -102,14 +105,29 @@ Generated generate_one(nn::LanguageModel& lm, const SampleSpec& fields, const To
   const auto vocab = static_cast<std::int64_t>(tokenizer.vocab_size());
   std::mt19937_64 random(o.seed);  // each prompt its own stream, from the seed
   inference::SamplingParams params = o.sampling;
+  // The logits after the last id: the KV cache fed the ids it has not seen, or the whole
+  // sequence recomputed.
+  std::optional<nn::LayerStackModel::DecodeState> cache;
+  if (!o.recompute) cache = lm.start_decoding(1, seq_length);
+  std::size_t cached = 0;
+  auto next_logits = [&]() -> Tensor {
+    if (!cache) {
+      const Tensor all = lm.logits(one_sequence(fields, ids, tokenizer.eod()));
+      return all.select(0, 0).select(0, static_cast<std::int64_t>(ids.size()) - 1).contiguous();
+    }
+    const std::vector<TokenId> fresh(ids.begin() + static_cast<std::ptrdiff_t>(cached), ids.end());
+    cached = ids.size();
+    return lm.decode(*cache, Tensor::from(fresh, {1, static_cast<std::int64_t>(fresh.size())}))
+        .select(0, 0)
+        .contiguous();
+  };
   out.stopped_by = "length";
   for (std::int64_t step = 0; step < o.tokens_to_generate; ++step) {
     if (static_cast<std::int64_t>(ids.size()) == seq_length) {
       out.stopped_by = "seq_length";
       break;
     }
-    const Tensor logits = lm.logits(one_sequence(fields, ids, tokenizer.eod()));
-    const Tensor row = logits.select(0, 0).select(0, static_cast<std::int64_t>(ids.size()) - 1);
+    const Tensor row = next_logits();
     const double uniform = std::uniform_real_distribution<double>(0.0, 1.0)(random);
     const std::int32_t token = inference::sample_token(
         std::span<const float>(row.data<float>(), static_cast<std::size_t>(row.numel())), vocab,
@@ -143,7 +161,9 @@ po::options_description describe_options(CommonOptions& common, GenerateOptions&
       "each prompt followed by its continuation. Greedy with --top-k 1; otherwise Megatron's\n"
       "sampling (temperature, then top-k or top-p), never producing a padded-vocabulary id, from\n"
       "--seed. Stops at the end-of-document token, after --tokens-to-generate tokens, or when the\n"
-      "sequence reaches [data] seq_length. One rank; each token recomputes the whole sequence.\n\n"
+      "sequence reaches [data] seq_length. One rank; decoded with a KV cache (a model with a "
+      "block\n"
+      "that keeps none, e.g. Mamba, recomputes the whole sequence for each token).\n\n"
       "Options");
   add_common_options(d, common, true);
   d.add_options()  //
@@ -170,7 +190,9 @@ po::options_description describe_options(CommonOptions& common, GenerateOptions&
       ("stop-on-double-eol", po::bool_switch(&o.stop_on_double_eol),
        "stop once the continuation holds an empty line")  //
       ("output-json", po::value(&o.output_json)->value_name("FILE"),
-       "also write the prompts' token ids, generated ids and texts as JSON");
+       "also write the prompts' token ids, generated ids and texts as JSON")  //
+      ("recompute", po::bool_switch(&o.recompute),
+       "recompute the whole sequence for each token instead of decoding with the KV cache");
   return d;
 }
 
@@ -238,7 +260,13 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
   rules.model_type = type;
   const train::PretrainedReport report = train::load_pretrained(
       checkpoint_to_load(o, core.checkpoint), *model, parallel, rules, *session.log);
-  session.log->info("generating from {} (iteration {})", report.file.string(), report.iteration);
+  if (!o.recompute && !lm->can_decode()) {
+    session.log->info("{}: a block keeps no decoding cache; each token recomputes the sequence",
+                      type);
+    o.recompute = true;
+  }
+  session.log->info("generating from {} (iteration {}){}", report.file.string(), report.iteration,
+                    o.recompute ? ", recomputing the sequence for each token" : "");
 
   std::vector<Generated> results;
   for (const std::string& prompt : prompts) {

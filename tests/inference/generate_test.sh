@@ -2,7 +2,8 @@
 # `megatron-app generate` against an independent PyTorch greedy decode (generate_reference.py:
 # every token the argmax after its prefix, the end of document where it stopped) on two
 # checkpoints: the tasks' GPT (learned positions, tied output layer) and a GPT with rope, grouped
-# queries, SwiGLU and RMSNorm trained here for 10 iterations; sampling reproducible from its seed
+# queries, SwiGLU and RMSNorm trained here for 10 iterations; the KV cache's tokens those of
+# --recompute; sampling reproducible from its seed
 # and different for another seed; greedy whatever the temperature; refusals with exit 2 naming
 # the reason (a BERT, a prompt as long as the sequence, top-k with top-p, no prompt).
 #   generate_test.sh MEGATRON_APP WORK_DIR TASKS_GPT_CHECKPOINT_DIR
@@ -52,6 +53,14 @@ modern=(--set model.num_layers=2 --set 'model.position_embedding_type="rope"'
 generate "$configs/gpt_tiny.toml" "$work/modern.json" "${modern[@]}" --load "$work/modern" \
   "${prompts[@]}" --top-k 1 --tokens-to-generate 16
 reference "$work/modern/iter_0000010.h5" "$work/modern.json"
+
+# The KV cache gives the tokens recomputing the whole sequence gives (greedy), on both.
+generate "$configs/gpt_tiny.toml" "$work/tasks_recomputed.json" "${tasks[@]}" "${prompts[@]}" \
+  --top-k 1 --tokens-to-generate 16 --recompute
+cmp "$work/tasks.json" "$work/tasks_recomputed.json" || fail "KV cache and recompute differ"
+generate "$configs/gpt_tiny.toml" "$work/modern_recomputed.json" "${modern[@]}" \
+  --load "$work/modern" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --recompute
+cmp "$work/modern.json" "$work/modern_recomputed.json" || fail "KV cache and recompute differ (rope)"
 
 # Sampling: the same seed gives the same text, another seed another; top-k 1 is greedy at any
 # temperature.

@@ -53,13 +53,13 @@ TEST(PluginCatalog, GoodPluginIsFoundWithItsDescriptor) {
 
 TEST(PluginCatalog, WrongApiMajorIsRefusedNamingBothVersions) {
   expect_contains(only_problem("wrong_major"),
-                  {"libfixture_wrong_major.so", "built for SDK API 7.0",
-                   "this host provides API 6.0", "major versions must be equal"});
+                  {"libfixture_wrong_major.so", "built for SDK API 8.0",
+                   "this host provides API 7.0", "major versions must be equal"});
 }
 
 TEST(PluginCatalog, NewerApiMinorIsRefused) {
   expect_contains(only_problem("newer_minor"),
-                  {"libfixture_newer_minor.so", "SDK API 6.1, newer than this host's API 6.0"});
+                  {"libfixture_newer_minor.so", "SDK API 7.1, newer than this host's API 7.0"});
 }
 
 TEST(PluginCatalog, AbiMismatchIsRefused) {

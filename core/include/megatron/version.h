@@ -7,7 +7,7 @@
 //  - MAJOR changes when a virtual interface, an SDK struct layout or a documented semantic changes.
 //  - MINOR changes for additions only: new free functions or classes, descriptor fields appended.
 // The host accepts a plugin when the majors are equal and the plugin's minor <= the core's minor.
-#define MEGATRON_API_MAJOR 6
+#define MEGATRON_API_MAJOR 7
 #define MEGATRON_API_MINOR 0
 
 #define MEGATRON_STR_IMPL(x) #x

@@ -46,6 +46,70 @@ void SelfAttention::declare(ParamFactory& factory, const std::string& prefix,
                          config.add_bias_linear, config.output_init_std(), TensorParallel::row);
 }
 
+void SelfAttention::split_heads(Backend& be, const Tensor& mixed, const Tensor& cos,
+                                const Tensor& sin, Tensor& q, Tensor& k, Tensor& v) const {
+  const std::int64_t s = mixed.size(0), b = mixed.size(1);
+  const std::int64_t np = heads_, ng = groups_;
+  const std::int64_t r = config_.heads_per_group(), hn = config_.kv_channels;
+  const DType dt = mixed.dtype();
+  // Per query group: r query heads, then one key head, then one value head.
+  const Tensor grouped = mixed.unflatten(2, ng, (r + 2) * hn);
+  Tensor q5 = be.empty({s, b, ng, r, hn}, dt);
+  be.copy(grouped.slice(3, 0, r * hn).unflatten(3, r, hn), q5);
+  q = q5.view({s, b, np, hn});
+  k = be.empty({s, b, ng, hn}, dt);
+  be.copy(grouped.slice(3, r * hn, hn), k);
+  v = be.empty({s, b, ng, hn}, dt);
+  be.copy(grouped.slice(3, (r + 1) * hn, hn), v);
+  if (cos.defined()) {
+    Tensor q4 = bshd(q), k4 = bshd(k);
+    be.rotary_forward(q4, cos, sin, q4);
+    be.rotary_forward(k4, cos, sin, k4);
+  }
+}
+
+SelfAttention::KvCache SelfAttention::start_cache(Backend& be, std::int64_t batch,
+                                                  std::int64_t max_tokens, DType dtype) const {
+  if (mask_ != AttentionMask::causal) {
+    throw Error("self-attention: incremental decoding needs the causal mask");
+  }
+  return {be.empty({max_tokens, batch, groups_, config_.kv_channels}, dtype),
+          be.empty({max_tokens, batch, groups_, config_.kv_channels}, dtype)};
+}
+
+void SelfAttention::forward_cached(const LayerContext& ctx, const Tensor& x,
+                                   const LayerInputs& inputs, KvCache& cache, std::int64_t past,
+                                   Tensor& y) const {
+  Backend& be = ctx.backend;
+  const std::int64_t s = x.size(0), b = x.size(1), h = x.size(2), rows = s * b;
+  const std::int64_t np = heads_, hn = config_.kv_channels, keys = past + s;
+  if (tp_.sp()) throw Error("self-attention: incremental decoding without sequence parallelism");
+  if (keys > cache.k.size(0) || cache.k.size(1) != b) {
+    throw Error("self-attention: " + std::to_string(keys) + " positions of " + std::to_string(b) +
+                " sequences in a decoding cache of " + shape_str(cache.k.shape()));
+  }
+  Tensor mixed = be.empty({s, b, qkv_local_}, x.dtype());
+  Tensor mixed_rows = mixed.view({rows, qkv_local_});
+  qkv.forward(be, x.view({rows, h}), mixed_rows, ctx.compute);
+  Tensor q, k, v;
+  split_heads(be, mixed, inputs.get(layer_input::rotary_cos), inputs.get(layer_input::rotary_sin),
+              q, k, v);
+  Tensor k_slot = cache.k.slice(0, past, s), v_slot = cache.v.slice(0, past, s);
+  be.copy(k, k_slot);
+  be.copy(v, v_slot);
+
+  AttentionParams p;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hn)));
+  p.causal = true;  // bottom-right aligned: the new query i sees keys up to past + i
+  Tensor out = be.empty({s, b, np, hn}, x.dtype());
+  Tensor lse = be.empty({b, np, s}, x.dtype() == DType::f64 ? DType::f64 : DType::f32);
+  Tensor out4 = bshd(out);
+  be.attention_forward(bshd(q), bshd(cache.k.slice(0, 0, keys)), bshd(cache.v.slice(0, 0, keys)), p,
+                       out4, lse);
+  Tensor y_rows = y.view({rows, h});
+  proj.forward(be, out.view({rows, np * hn}), y_rows, ctx.compute);
+}
+
 AttentionParams SelfAttention::params(const LayerContext& ctx, const LayerInputs& inputs,
                                       std::uint64_t dropout_site, std::int64_t s,
                                       std::int64_t b) const {
@@ -73,28 +137,13 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Laye
   Backend& be = ctx.backend;
   const std::int64_t s_in = x.size(0), b = x.size(1), h = x.size(2), rows_in = s_in * b;
   const std::int64_t s = tp_full_rows(tp_, s_in), rows = s * b;
-  const std::int64_t np = heads_, ng = groups_;
-  const std::int64_t r = config_.heads_per_group(), hn = config_.kv_channels;
+  const std::int64_t np = heads_, hn = config_.kv_channels;
   const DType dt = x.dtype();
 
   Tensor mixed = be.empty({s, b, qkv_local_}, dt);
   Tensor mixed_rows = mixed.view({rows, qkv_local_});
   qkv.forward(be, x.view({rows_in, h}), mixed_rows, ctx.compute);
-
-  // Per query group: r query heads, then one key head, then one value head.
-  const Tensor grouped = mixed.unflatten(2, ng, (r + 2) * hn);
-  Tensor q = be.empty({s, b, ng, r, hn}, dt);
-  be.copy(grouped.slice(3, 0, r * hn).unflatten(3, r, hn), q);
-  saved.q = q.view({s, b, np, hn});
-  saved.k = be.empty({s, b, ng, hn}, dt);
-  be.copy(grouped.slice(3, r * hn, hn), saved.k);
-  saved.v = be.empty({s, b, ng, hn}, dt);
-  be.copy(grouped.slice(3, (r + 1) * hn, hn), saved.v);
-  if (cos.defined()) {
-    Tensor q4 = bshd(saved.q), k4 = bshd(saved.k);
-    be.rotary_forward(q4, cos, sin, q4);
-    be.rotary_forward(k4, cos, sin, k4);
-  }
+  split_heads(be, mixed, cos, sin, saved.q, saved.k, saved.v);
 
   saved.out = be.empty({s, b, np, hn}, dt);
   saved.lse = be.empty({b, np, s}, dt == DType::f64 ? DType::f64 : DType::f32);

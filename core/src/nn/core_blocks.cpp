@@ -38,6 +38,26 @@ void SelfAttentionBlock::backward(const LayerContext& ctx, const Tensor& x, cons
   attention.backward(ctx, x, dy, inputs, first_site, saved_as<SelfAttention::Saved>(saved), dx);
 }
 
+namespace {
+struct KvCacheOf : Mixer::Cache {
+  SelfAttention::KvCache kv;
+};
+}  // namespace
+
+std::unique_ptr<Mixer::Cache> SelfAttentionBlock::start_cache(Backend& backend, std::int64_t batch,
+                                                              std::int64_t max_tokens,
+                                                              DType dtype) const {
+  auto cache = std::make_unique<KvCacheOf>();
+  cache->kv = attention.start_cache(backend, batch, max_tokens, dtype);
+  return cache;
+}
+
+void SelfAttentionBlock::forward_cached(const LayerContext& ctx, const Tensor& x,
+                                        const LayerInputs& inputs, Cache& cache, std::int64_t past,
+                                        Tensor& y) const {
+  attention.forward_cached(ctx, x, inputs, static_cast<KvCacheOf&>(cache).kv, past, y);
+}
+
 void CrossAttentionBlock::declare(ParamFactory& factory, const std::string& prefix,
                                   const TransformerConfig& config) {
   attention.declare(factory, prefix, config);

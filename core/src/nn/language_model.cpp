@@ -126,4 +126,43 @@ Tensor LanguageModel::logits(const Batch& batch) {
   return host.view({s, b, padded_vocab_}).transpose(0, 1).contiguous();
 }
 
+Tensor LanguageModel::decode(DecodeState& state, const Tensor& tokens) {
+  if (tp().split()) {
+    throw Error(name_ +
+                ": decode() gathers the full vocabulary on one rank; it is not available "
+                "with tensor parallelism yet");
+  }
+  Backend& be = backend_for(info().device);
+  const std::int64_t b = tokens.size(0), s = tokens.size(1), h = config_.transformer.hidden_size;
+  StepOptions eval;
+  eval.backward = false;
+  eval.training = false;
+  const LayerContext ctx = context(eval);
+  const Tensor ids = sequence_major(be, tokens);
+  Tensor x = be.empty({s, b, h}, info().param_dtype);
+  Tensor positions;
+  if (embedding_.position_embeddings) {  // positions past ... past + s - 1 of every sequence
+    std::vector<std::int32_t> pos(static_cast<std::size_t>(s * b));
+    for (std::int64_t i = 0; i < s * b; ++i)
+      pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(state.past + i / b);
+    positions = be.empty({s, b}, DType::i32);
+    be.copy(Tensor::from(pos, {s, b}), positions);
+  }
+  embedding_.forward(ctx, ids, 0, x, nullptr, positions.defined() ? &positions : nullptr);
+  LayerInputs inputs;
+  if (const RotaryTables* tables = rotary_tables()) {
+    inputs.set(layer_input::rotary_cos, tables->cos.slice(0, state.past, s));
+    inputs.set(layer_input::rotary_sin, tables->sin.slice(0, state.past, s));
+  }
+  const Tensor normed = decode_layers(ctx, x, inputs, state);
+  state.past += s;
+  // The last position's rows (b of them) through the output layer.
+  const Tensor last = normed.slice(0, (s - 1) * b, b);
+  Tensor logits = be.empty({b, padded_vocab_}, info().param_dtype);
+  mixed_gemm(be, last, false, output_weight().value, true, logits, info().compute_dtype);
+  Tensor host = Tensor::empty({b, padded_vocab_}, info().param_dtype);
+  be.copy(logits, host);
+  return host;
+}
+
 }  // namespace megatron::nn

@@ -76,6 +76,60 @@ void Layer::end_training_iteration(Backend& backend, Communicator* data) {
     block.mixer->end_training_iteration(backend, data);
 }
 
+Mixer::Decoding Layer::decoding() const {
+  Mixer::Decoding out = Mixer::Decoding::stateless;
+  for (const Block& block : blocks_) {
+    const Mixer::Decoding d = block.mixer->decoding();
+    if (d == Mixer::Decoding::none) return d;
+    if (d == Mixer::Decoding::cached) out = d;
+  }
+  return out;
+}
+
+Layer::Caches Layer::start_caches(Backend& backend, std::int64_t batch, std::int64_t max_tokens,
+                                  DType dtype) const {
+  Caches caches;
+  for (const Block& block : blocks_) {
+    caches.push_back(block.mixer->decoding() == Mixer::Decoding::cached
+                         ? block.mixer->start_cache(backend, batch, max_tokens, dtype)
+                         : nullptr);
+  }
+  return caches;
+}
+
+void Layer::forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+                           Caches& caches, std::int64_t past, Tensor& y) const {
+  Backend& be = ctx.backend;
+  if (caches.size() != blocks_.size())
+    throw Error("Layer::forward_cached: caches of another layer");
+  const std::int64_t h = x.size(2), rows = x.size(0) * x.size(1);
+  Tensor in = x;
+  for (std::size_t k = 0; k < blocks_.size(); ++k) {
+    const Block& block = blocks_[k];
+    Tensor normed = in;
+    if (block.has_norm) {
+      normed = be.empty(in.shape(), in.dtype());
+      Tensor normed_rows = normed.view({rows, h});
+      Norm::Saved unused;
+      block.norm.forward(be, in.view({rows, h}), normed_rows, unused);
+    }
+    Tensor out = be.empty(in.shape(), in.dtype());
+    switch (block.mixer->decoding()) {
+      case Mixer::Decoding::stateless:
+        (void)block.mixer->forward(ctx, normed, inputs, block.first_site, out);
+        break;
+      case Mixer::Decoding::cached:
+        block.mixer->forward_cached(ctx, normed, inputs, *caches[k], past, out);
+        break;
+      case Mixer::Decoding::none:
+        throw Error("Layer::forward_cached: a block of this layer cannot decode incrementally");
+    }
+    Tensor sum = k + 1 == blocks_.size() ? y : be.empty(in.shape(), in.dtype());
+    be.add(block.residual_from_norm ? normed : in, out, sum);
+    in = sum;
+  }
+}
+
 void Layer::forward_block(const LayerContext& ctx, const Block& block, const Tensor& x,
                           const LayerInputs& inputs, Tensor& y, Saved::Block& s) const {
   Backend& be = ctx.backend;

@@ -95,6 +95,33 @@ Tensor LayerStack::forward(const LayerContext& ctx, int chunk, Tensor x, const L
   return x;
 }
 
+bool LayerStack::can_decode() const {
+  if (chunks_.size() != 1 || chunks_[0].count != num_layers_) return false;
+  for (const Layer& layer : layers_)
+    if (layer.decoding() == Mixer::Decoding::none) return false;
+  return true;
+}
+
+std::vector<Layer::Caches> LayerStack::start_caches(Backend& backend, std::int64_t batch,
+                                                    std::int64_t max_tokens, DType dtype) const {
+  if (!can_decode()) throw Error("LayerStack: this stack cannot decode incrementally");
+  std::vector<Layer::Caches> caches;
+  for (const Layer& layer : layers_)
+    caches.push_back(layer.start_caches(backend, batch, max_tokens, dtype));
+  return caches;
+}
+
+Tensor LayerStack::forward_cached(const LayerContext& ctx, Tensor x, const LayerInputs& inputs,
+                                  std::vector<Layer::Caches>& caches, std::int64_t past) const {
+  if (caches.size() != layers_.size()) throw Error("LayerStack: caches of another stack");
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    Tensor y = ctx.backend.empty(x.shape(), x.dtype());
+    layers_[l].forward_cached(ctx, x, inputs, caches[l], past, y);
+    x = y;
+  }
+  return x;
+}
+
 Tensor LayerStack::backward(const LayerContext& ctx, int chunk, Tensor dy,
                             const LayerInputs& inputs, State& state,
                             const StepOptions& options) const {

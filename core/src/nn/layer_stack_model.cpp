@@ -325,6 +325,45 @@ Tensor LayerStackModel::final_hidden(const Batch& batch) {
   return normed;
 }
 
+bool LayerStackModel::can_decode() const {
+  return info_.pipeline.size <= 1 && !tp_.sp() && stack_.can_decode();
+}
+
+LayerStackModel::DecodeState LayerStackModel::start_decoding(std::int64_t batch,
+                                                             std::int64_t max_tokens) const {
+  if (!can_decode()) {
+    throw Error(name_ +
+                ": cannot decode incrementally (a block without a decoding cache, "
+                "pipeline stages or sequence parallelism)");
+  }
+  if (max_tokens < 1 || max_tokens > info_.seq_length) {
+    throw Error(name_ + ": decoding up to " + std::to_string(max_tokens) +
+                " tokens, the model is built for " + std::to_string(info_.seq_length));
+  }
+  DecodeState state;
+  state.caches =
+      stack_.start_caches(backend_for(info_.device), batch, max_tokens, info_.param_dtype);
+  state.batch = batch;
+  state.max_tokens = max_tokens;
+  return state;
+}
+
+Tensor LayerStackModel::decode_layers(const LayerContext& ctx, const Tensor& x,
+                                      const LayerInputs& inputs, DecodeState& state) const {
+  if (x.size(1) != state.batch || state.past + x.size(0) > state.max_tokens) {
+    throw Error(name_ + ": decoding " + std::to_string(x.size(0)) + " tokens of " +
+                std::to_string(x.size(1)) + " sequences after " + std::to_string(state.past) +
+                " in a state for " + std::to_string(state.batch) + " sequences of " +
+                std::to_string(state.max_tokens));
+  }
+  const Tensor y = stack_.forward_cached(ctx, x, inputs, state.caches, state.past);
+  const std::int64_t h = config_.transformer.hidden_size, rows = y.size(0) * y.size(1);
+  Tensor normed = ctx.backend.empty({rows, h}, info_.param_dtype);
+  Norm::Saved saved;
+  final_norm_.forward(ctx.backend, y.view({rows, h}), normed, saved);
+  return normed;
+}
+
 double LayerStackModel::flops_per_iteration(std::int64_t samples) const {
   // Forward + backward = 3 x forward, 2 FLOPs per multiply-add, attention counted at half (causal).
   const TransformerConfig& tc = config_.transformer;

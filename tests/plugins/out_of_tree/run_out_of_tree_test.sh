@@ -32,7 +32,7 @@ cp "$work/plugin-build/librank_sum.so" "$work/dropin/"
 echo "== the installed host lists it (MEGATRON_PLUGIN_PATH) beside the installed built-ins"
 MEGATRON_PLUGIN_PATH="$work/dropin" "$prefix/bin/megatron-app" plugins > "$work/plugins.out" 2>&1 \
   || { cat "$work/plugins.out"; fail "plugins exited non-zero"; }
-expect "$work/plugins.out" "task +rank_sum +2\.1\.0 +6\.0 +.*dropin/librank_sum\.so"
+expect "$work/plugins.out" "task +rank_sum +2\.1\.0 +7\.0 +.*dropin/librank_sum\.so"
 expect "$work/plugins.out" "task +collectives .*lib/megatron/plugins/"
 
 echo "== and runs it, found through [plugins] paths"

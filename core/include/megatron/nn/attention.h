@@ -43,9 +43,26 @@ class SelfAttention {
                 const LayerInputs& inputs, std::uint64_t dropout_site, const Saved& saved,
                 Tensor& dx) const;
 
+  // Incremental decoding (causal masks only): keys and values of this rank's query groups for
+  // up to max_tokens positions, (max_tokens, B, groups, hn) each.
+  struct KvCache {
+    Tensor k, v;
+  };
+  KvCache start_cache(Backend& backend, std::int64_t batch, std::int64_t max_tokens,
+                      DType dtype) const;
+  // Evaluation mode: x (S_new, B, h) the tokens at positions past ... past + S_new - 1 (the
+  // rotary tables in `inputs` are those positions'), their keys and values written into the
+  // cache, each query attending causally to the cache's past + S_new keys; y as forward's.
+  void forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+                      KvCache& cache, std::int64_t past, Tensor& y) const;
+
   Linear qkv, proj;
 
  private:
+  // The fused projection (S, B, qkv) -> q (S, B, heads, hn), k and v (S, B, groups, hn),
+  // contiguous, rotated by cos / sin when defined.
+  void split_heads(Backend& be, const Tensor& mixed, const Tensor& cos, const Tensor& sin,
+                   Tensor& q, Tensor& k, Tensor& v) const;
   AttentionParams params(const LayerContext& ctx, const LayerInputs& inputs,
                          std::uint64_t dropout_site, std::int64_t s, std::int64_t b) const;
   TransformerConfig config_;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "megatron/error.h"
 #include "megatron/nn/init.h"
 #include "megatron/nn/layer_context.h"
 #include "megatron/nn/layer_inputs.h"
@@ -61,6 +62,30 @@ class Mixer {
   virtual void end_training_iteration(Backend& backend, Communicator* data) {
     (void)backend;
     (void)data;
+  }
+
+  // ---- incremental decoding (API 7): a generator feeds the next tokens only -----------------
+  // `stateless`: the mixer mixes no positions (an MLP, MoE experts), so its forward on the new
+  // tokens alone is exact; `cached`: it keeps a Cache from step to step (causal self-attention:
+  // its keys and values); `none` (the default): it cannot, and the generator recomputes the whole
+  // sequence each step.
+  enum class Decoding { none, stateless, cached };
+  virtual Decoding decoding() const { return Decoding::none; }
+  struct Cache {
+    virtual ~Cache() = default;
+  };
+  // `cached` mixers: an empty cache for `batch` sequences of up to `max_tokens` tokens.
+  virtual std::unique_ptr<Cache> start_cache(Backend& backend, std::int64_t batch,
+                                             std::int64_t max_tokens, DType dtype) const {
+    (void)backend, (void)batch, (void)max_tokens, (void)dtype;
+    throw Error("this mixer keeps no decoding cache (Mixer::decoding() is not `cached`)");
+  }
+  // `cached` mixers, evaluation mode: x (S_new, B, h) the normed next tokens after the `past`
+  // ones `cache` holds (it holds these too afterwards); y (S_new, B, h) as forward's.
+  virtual void forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+                              Cache& cache, std::int64_t past, Tensor& y) const {
+    (void)ctx, (void)x, (void)inputs, (void)cache, (void)past, (void)y;
+    throw Error("this mixer keeps no decoding cache (Mixer::decoding() is not `cached`)");
   }
 };
 

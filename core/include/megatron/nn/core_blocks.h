@@ -29,6 +29,14 @@ class SelfAttentionBlock : public Mixer {
   void backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
                 const LayerInputs& inputs, std::uint64_t first_site, Saved& saved,
                 Tensor& dx) const override;
+  // Causal self-attention decodes with its keys and values cached; padded masks do not decode.
+  Decoding decoding() const override {
+    return mask_ == AttentionMask::causal ? Decoding::cached : Decoding::none;
+  }
+  std::unique_ptr<Cache> start_cache(Backend& backend, std::int64_t batch, std::int64_t max_tokens,
+                                     DType dtype) const override;
+  void forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+                      Cache& cache, std::int64_t past, Tensor& y) const override;
   SelfAttention attention;
 
  private:
@@ -54,6 +62,7 @@ class CrossAttentionBlock : public Mixer {
 
 class MlpBlock : public Mixer {
  public:
+  Decoding decoding() const override { return Decoding::stateless; }
   void declare(ParamFactory& factory, const std::string& prefix,
                const TransformerConfig& config) override;
   std::unique_ptr<Saved> forward(const LayerContext& ctx, const Tensor& x,

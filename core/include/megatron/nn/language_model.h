@@ -22,6 +22,10 @@ class LanguageModel : public LayerStackModel {
   // Evaluation-mode logits (B, S, padded vocab) on the host, for reference comparisons (one rank,
   // no tensor or pipeline parallelism).
   Tensor logits(const Batch& batch);
+  // Incremental decoding (see can_decode / start_decoding): the logits (B, padded vocab) on the
+  // host after the last of `tokens` (B, S_new) i32, the tokens at positions state.past onwards
+  // (a prompt, then one token a step); advances state.past.
+  Tensor decode(DecodeState& state, const Tensor& tokens);
 
  protected:
   // `name` in messages (GPT, Mamba); `final_norm` the final norm's name.

@@ -45,6 +45,17 @@ class Layer {
   // Each block's Mixer::end_training_iteration, in order.
   void end_training_iteration(Backend& backend, Communicator* data);
 
+  // Incremental decoding: `none` when a block cannot decode (nor can the layer), `cached` when a
+  // block keeps a cache, else `stateless`.
+  Mixer::Decoding decoding() const;
+  using Caches = std::vector<std::unique_ptr<Mixer::Cache>>;  // per block; null: stateless
+  Caches start_caches(Backend& backend, std::int64_t batch, std::int64_t max_tokens,
+                      DType dtype) const;
+  // Evaluation mode: x, y (S_new, B, h) the tokens after the `past` ones the caches hold, each
+  // block x + Mixer(Norm(x)) with the mixer's forward (stateless) or forward_cached.
+  void forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+                      Caches& caches, std::int64_t past, Tensor& y) const;
+
   std::size_t num_blocks() const { return blocks_.size(); }
   // Block k's mixer, as its kind (nullptr when it is another kind).
   template <typename Kind>

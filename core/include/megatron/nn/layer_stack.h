@@ -48,6 +48,14 @@ class LayerStack {
   // Every held layer's Layer::end_training_iteration, in layer order.
   void end_training_iteration(Backend& backend, Communicator* data);
 
+  // Incremental decoding of a stack held whole (one chunk): whether every layer can, each
+  // layer's caches, and the layers in order on the next tokens (Layer::forward_cached).
+  bool can_decode() const;
+  std::vector<Layer::Caches> start_caches(Backend& backend, std::int64_t batch,
+                                          std::int64_t max_tokens, DType dtype) const;
+  Tensor forward_cached(const LayerContext& ctx, Tensor x, const LayerInputs& inputs,
+                        std::vector<Layer::Caches>& caches, std::int64_t past) const;
+
   const std::vector<LayerRange>& chunks() const { return chunks_; }
   // The parameters of layer `layer` (empty when this rank does not hold it).
   const std::vector<Parameter*>& params_of(std::int64_t layer) const;

@@ -81,6 +81,17 @@ class LayerStackModel : public Model {
   // hidden states (S * B rows, h), row s * B + b, on the model's device.
   Tensor final_hidden(const Batch& batch);
 
+  // Incremental decoding (one rank holding the whole model): whether every layer's blocks can
+  // (Mixer::decoding), and the caches for `batch` sequences of up to `max_tokens` tokens (at most
+  // the sequence length the model was built for).
+  bool can_decode() const;
+  struct DecodeState {
+    std::vector<Layer::Caches> caches;
+    std::int64_t past = 0;  // tokens decoded so far
+    std::int64_t batch = 0, max_tokens = 0;
+  };
+  DecodeState start_decoding(std::int64_t batch, std::int64_t max_tokens) const;
+
  protected:
   // `stack_prefix` names the layers (`decoder` -> decoder.layers.N, decoder.final_layernorm;
   // `final_norm` names the last norm: Megatron's MambaStack calls it final_norm).
@@ -120,6 +131,11 @@ class LayerStackModel : public Model {
   virtual Tensor post_backward(const LayerContext& ctx, ProcessState* state) = 0;
 
   // ---- what the plugin may use ---------------------------------------------------------------
+  // Evaluation mode: the layers (cached) and the final norm on x (S_new, B, h), the tokens after
+  // the state's past ones -> normed rows (S_new * B, h); the rotary tables in `inputs` must be
+  // those positions'. Does not advance state.past.
+  Tensor decode_layers(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+                       DecodeState& state) const;
   const ModelBuildInfo& info() const { return info_; }
   const TensorParallelism& tp() const { return tp_; }
   LayerContext context(const StepOptions& options) const;

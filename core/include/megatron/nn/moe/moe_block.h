@@ -26,6 +26,11 @@ namespace megatron::nn {
 
 class MoeBlock : public Mixer {
  public:
+  // Dropless, each token is routed on its own and decoding needs nothing kept; with a capacity
+  // factor the dropped tokens depend on the whole sequence, so it cannot decode incrementally.
+  Decoding decoding() const override {
+    return config_.moe.capacity_factor > 0 ? Decoding::none : Decoding::stateless;
+  }
   void declare(ParamFactory& factory, const std::string& prefix,
                const TransformerConfig& config) override;
   std::unique_ptr<Saved> forward(const LayerContext& ctx, const Tensor& x,

@@ -1,0 +1,126 @@
+// Incremental decoding with the KV cache against recomputing the whole sequence: a prompt, then
+// one token at a time, gives at every position the logits LanguageModel::logits gives for the
+// whole sequence, for a GPT with learned positions, one with rope, grouped queries, SwiGLU and
+// RMSNorm, and a MoE GPT; a capacity factor or padding-masked attention cannot decode.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/model_checks.h"
+#include "gpt_model.h"
+
+namespace megatron::gpt {
+namespace {
+
+constexpr std::int64_t kVocab = 37, kSeq = 9, kBatch = 2, kPrompt = 4;
+
+GptConfig tiny_config() {
+  GptConfig c;
+  nn::TransformerConfig& t = c.transformer;
+  t.num_layers = 2;
+  t.hidden_size = 16;
+  t.num_attention_heads = 4;
+  t.num_query_groups = 4;
+  t.kv_channels = 4;
+  t.ffn_hidden_size = 24;
+  t.hidden_dropout = 0.1f;  // evaluation mode: not applied
+  t.attention_dropout = 0.1f;
+  t.init_method_std = 0.2f;
+  c.make_vocab_size_divisible_by = 8;
+  return c;
+}
+
+// Every element within tol x the largest |want|.
+void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+  double scale = 0, worst = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    scale = std::max(scale, std::abs(static_cast<double>(w[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(g[i]) - w[i]));
+  }
+  EXPECT_LE(worst, tol * scale) << what << ": max |difference| " << worst << ", scale " << scale;
+}
+
+std::unique_ptr<GptModel> build(const GptConfig& c) {
+  auto m = std::make_unique<GptModel>(c);
+  ModelBuildInfo info;
+  info.vocab_size = kVocab;
+  info.seq_length = kSeq;
+  info.seed = 77;
+  m->build(info);
+  return m;
+}
+
+// Decodes the batch's tokens (a prompt of kPrompt, then one at a time) and compares the logits
+// after every position with the whole sequence's.
+void expect_decoding_matches_recompute(const GptConfig& c) {
+  auto m = build(c);
+  ASSERT_TRUE(m->can_decode());
+  const Batch batch = test::gpt_batch(kBatch, kSeq, kVocab, 3, [](std::size_t) { return true; });
+  const Tensor whole = m->logits(batch);  // (B, S, padded vocab)
+  const Tensor& tokens = batch["tokens"];
+  nn::LayerStackModel::DecodeState state = m->start_decoding(kBatch, kSeq);
+  std::int64_t done = 0;
+  while (done < kSeq) {
+    const std::int64_t step = done == 0 ? kPrompt : 1;
+    const Tensor next = m->decode(state, tokens.slice(1, done, step).contiguous());
+    done += step;
+    EXPECT_EQ(state.past, done);
+    const Tensor expected = whole.select(1, done - 1).contiguous();
+    expect_close(next, expected, 2e-5, "logits after position " + std::to_string(done - 1));
+  }
+}
+
+TEST(Decoding, LearnedPositionsMatchRecomputing) {
+  expect_decoding_matches_recompute(tiny_config());
+}
+
+TEST(Decoding, RopeGroupedQueriesSwigluRmsnormMatchRecomputing) {
+  GptConfig c = tiny_config();
+  c.transformer.num_query_groups = 2;
+  c.transformer.normalization = nn::NormKind::rmsnorm;
+  c.transformer.swiglu = true;
+  c.transformer.add_bias_linear = false;
+  c.transformer.rotary_dim = 4;
+  c.position_embedding = PositionEmbedding::rope;
+  c.untie_embeddings_and_output_weights = true;
+  expect_decoding_matches_recompute(c);
+}
+
+GptConfig moe_config() {
+  GptConfig c = tiny_config();
+  c.transformer.add_bias_linear = false;
+  nn::MoeConfig& moe = c.transformer.moe;
+  moe.num_experts = 4;
+  moe.ffn_hidden_size = 8;
+  moe.layer_pattern = {1, 0};
+  moe.routing.num_experts = 4;
+  moe.routing.topk = 2;
+  return c;
+}
+
+TEST(Decoding, MixtureOfExpertsMatchesRecomputing) {
+  expect_decoding_matches_recompute(moe_config());
+}
+
+TEST(Decoding, TokenDroppingCannotDecode) {
+  GptConfig c = moe_config();
+  c.transformer.moe.capacity_factor = 1.0;
+  auto m = build(c);
+  EXPECT_FALSE(m->can_decode());
+  EXPECT_THROW(m->start_decoding(1, kSeq), Error);
+}
+
+TEST(Decoding, RefusesMoreTokensThanTheModelIsBuiltFor) {
+  auto m = build(tiny_config());
+  EXPECT_THROW(m->start_decoding(1, kSeq + 1), Error);
+  nn::LayerStackModel::DecodeState state = m->start_decoding(1, 3);
+  const Tensor four = Tensor::from(std::vector<std::int32_t>{1, 2, 3, 4}, {1, 4});
+  EXPECT_THROW(m->decode(state, four), Error);
+}
+
+}  // namespace
+}  // namespace megatron::gpt
