@@ -13,6 +13,7 @@
 
 #include "megatron/batch.h"
 #include "megatron/model.h"
+#include "megatron/nn/model_config.h"
 
 namespace megatron::test {
 
@@ -24,6 +25,25 @@ inline Tensor random_tensor(const Shape& shape, unsigned seed, double std = 1.0)
   for (double& e : v)
     e = normal(rng);
   return Tensor::from(v, shape);
+}
+
+// The tests' small GPT: 2 layers, hidden 16, 4 heads (and query groups) of 4, an MLP of `ffn`,
+// dropout off, init std 0.2 (large enough that every path carries a visible gradient), the
+// vocabulary padded to a multiple of 8.
+inline nn::ModelConfig tiny_gpt_config(std::int64_t ffn) {
+  nn::ModelConfig c;
+  nn::TransformerConfig& t = c.transformer;
+  t.num_layers = 2;
+  t.hidden_size = 16;
+  t.num_attention_heads = 4;
+  t.num_query_groups = 4;
+  t.kv_channels = 4;
+  t.ffn_hidden_size = ffn;
+  t.hidden_dropout = 0;
+  t.attention_dropout = 0;
+  t.init_method_std = 0.2f;
+  c.make_vocab_size_divisible_by = 8;
+  return c;
 }
 
 // (b, s) random tokens and labels below `vocab`; loss mask 0 where masked_out(i) for flat index i.

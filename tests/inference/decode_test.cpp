@@ -16,19 +16,11 @@ namespace {
 
 constexpr std::int64_t kVocab = 37, kSeq = 9, kBatch = 2, kPrompt = 4;
 
+// The tests' small GPT with dropout set: decoding is evaluation mode, which does not apply it.
 GptConfig tiny_config() {
-  GptConfig c;
-  nn::TransformerConfig& t = c.transformer;
-  t.num_layers = 2;
-  t.hidden_size = 16;
-  t.num_attention_heads = 4;
-  t.num_query_groups = 4;
-  t.kv_channels = 4;
-  t.ffn_hidden_size = 24;
-  t.hidden_dropout = 0.1f;  // evaluation mode: not applied
-  t.attention_dropout = 0.1f;
-  t.init_method_std = 0.2f;
-  c.make_vocab_size_divisible_by = 8;
+  GptConfig c = test::tiny_gpt_config(24);
+  c.transformer.hidden_dropout = 0.1f;
+  c.transformer.attention_dropout = 0.1f;
   return c;
 }
 

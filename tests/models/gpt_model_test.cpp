@@ -13,19 +13,7 @@ namespace megatron::gpt {
 namespace {
 
 GptConfig tiny_config() {
-  GptConfig c;
-  nn::TransformerConfig& t = c.transformer;
-  t.num_layers = 2;
-  t.hidden_size = 16;
-  t.num_attention_heads = 4;
-  t.num_query_groups = 4;
-  t.kv_channels = 4;
-  t.ffn_hidden_size = 24;
-  t.hidden_dropout = 0;
-  t.attention_dropout = 0;
-  t.init_method_std = 0.2f;  // large enough that every path carries a visible gradient
-  c.make_vocab_size_divisible_by = 8;
-  return c;
+  return test::tiny_gpt_config(24);
 }
 
 Batch make_batch(std::int64_t b, std::int64_t s, std::int64_t vocab, unsigned seed,

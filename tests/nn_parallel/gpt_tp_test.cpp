@@ -21,19 +21,7 @@ namespace {
 constexpr std::int64_t kVocab = 45, kSeq = 8, kBatch = 2;
 
 gpt::GptConfig learned_layernorm_gelu_tied() {
-  gpt::GptConfig c;
-  nn::TransformerConfig& t = c.transformer;
-  t.num_layers = 2;
-  t.hidden_size = 16;
-  t.num_attention_heads = 4;
-  t.num_query_groups = 4;
-  t.kv_channels = 4;
-  t.ffn_hidden_size = 32;
-  t.hidden_dropout = 0;
-  t.attention_dropout = 0;
-  t.init_method_std = 0.2f;
-  c.make_vocab_size_divisible_by = 8;
-  return c;
+  return test::tiny_gpt_config(32);
 }
 
 gpt::GptConfig rope_rmsnorm_swiglu_gqa_untied() {
