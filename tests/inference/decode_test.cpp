@@ -1,7 +1,9 @@
 // Incremental decoding with the KV cache against recomputing the whole sequence: a prompt, then
 // one token at a time, gives at every position the logits LanguageModel::logits gives for the
 // whole sequence, for a GPT with learned positions, one with rope, grouped queries, SwiGLU and
-// RMSNorm, and a MoE GPT; a capacity factor or padding-masked attention cannot decode.
+// RMSNorm, and a MoE GPT, also when sequences at different positions decode together (continuous
+// batching) and for every position of a prompt; a capacity factor or padding-masked attention
+// cannot decode.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,8 +68,52 @@ void expect_decoding_matches_recompute(const GptConfig& c) {
   }
 }
 
+// Continuous batching: three sequences prefilled alone to different lengths, then decoded one
+// token a step together (LanguageModel::decode_ragged), each at its own position; a sequence
+// that reaches the end leaves the batch. Each one's logits equal its whole sequence's.
+void expect_ragged_matches_recompute(const GptConfig& c) {
+  auto m = build(c);
+  const Batch batch = test::gpt_batch(3, kSeq, kVocab, 5, [](std::size_t) { return true; });
+  const Tensor whole = m->logits(batch);
+  const Tensor& tokens = batch["tokens"];
+  const std::vector<std::int64_t> prompt = {2, 5, 3};
+  std::vector<nn::LayerStackModel::DecodeState> states;
+  for (std::int64_t b = 0; b < 3; ++b) {
+    states.push_back(m->start_decoding(1, kSeq));
+    const Tensor ids = tokens.slice(0, b, 1).slice(1, 0, prompt[b]).contiguous();
+    const Tensor logits = m->decode(states.back(), ids, true);  // every prompt position
+    expect_close(logits.select(0, 0).contiguous(),
+                 whole.select(0, b).slice(0, 0, prompt[b]).contiguous(), 2e-5,
+                 "prompt logits of sequence " + std::to_string(b));
+  }
+  for (;;) {
+    std::vector<nn::LayerStackModel::DecodeState*> running;
+    std::vector<std::int64_t> which;
+    std::vector<std::int32_t> next;
+    for (std::int64_t b = 0; b < 3; ++b) {
+      auto& st = states[static_cast<std::size_t>(b)];
+      if (st.past == kSeq) continue;
+      running.push_back(&st);
+      which.push_back(b);
+      next.push_back(
+          tokens.select(0, b).select(0, st.past).contiguous().to_vector<std::int32_t>()[0]);
+    }
+    if (running.empty()) break;
+    const Tensor logits = m->decode_ragged(running, next);
+    ASSERT_EQ(logits.size(0), static_cast<std::int64_t>(running.size()));
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      const std::int64_t pos = running[i]->past - 1;
+      expect_close(logits.select(0, static_cast<std::int64_t>(i)).contiguous(),
+                   whole.select(0, which[i]).select(0, pos).contiguous(), 2e-5,
+                   "sequence " + std::to_string(which[i]) + " at position " + std::to_string(pos) +
+                       " beside " + std::to_string(running.size() - 1) + " others");
+    }
+  }
+}
+
 TEST(Decoding, LearnedPositionsMatchRecomputing) {
   expect_decoding_matches_recompute(tiny_config());
+  expect_ragged_matches_recompute(tiny_config());
 }
 
 TEST(Decoding, RopeGroupedQueriesSwigluRmsnormMatchRecomputing) {
@@ -80,6 +126,7 @@ TEST(Decoding, RopeGroupedQueriesSwigluRmsnormMatchRecomputing) {
   c.position_embedding = PositionEmbedding::rope;
   c.untie_embeddings_and_output_weights = true;
   expect_decoding_matches_recompute(c);
+  expect_ragged_matches_recompute(c);
 }
 
 GptConfig moe_config() {
@@ -96,6 +143,7 @@ GptConfig moe_config() {
 
 TEST(Decoding, MixtureOfExpertsMatchesRecomputing) {
   expect_decoding_matches_recompute(moe_config());
+  expect_ragged_matches_recompute(moe_config());
 }
 
 TEST(Decoding, TokenDroppingCannotDecode) {

@@ -126,29 +126,49 @@ Tensor LanguageModel::logits(const Batch& batch) {
   return host.view({s, b, padded_vocab_}).transpose(0, 1).contiguous();
 }
 
-Tensor LanguageModel::decode(DecodeState& state, const Tensor& tokens) {
+void LanguageModel::check_decodable() const {
   if (tp().split()) {
     throw Error(name_ +
-                ": decode() gathers the full vocabulary on one rank; it is not available "
+                ": decoding gathers the full vocabulary on one rank; it is not available "
                 "with tensor parallelism yet");
   }
+}
+
+Tensor LanguageModel::embed_at(const LayerContext& ctx, const Tensor& ids,
+                               const std::vector<std::int32_t>& positions) {
+  Backend& be = ctx.backend;
+  const std::int64_t s = ids.size(0), b = ids.size(1);
+  Tensor x = be.empty({s, b, config_.transformer.hidden_size}, info().param_dtype);
+  Tensor pos;
+  if (embedding_.position_embeddings) {
+    pos = be.empty({s, b}, DType::i32);
+    be.copy(Tensor::from(positions, {s, b}), pos);
+  }
+  embedding_.forward(ctx, ids, 0, x, nullptr, pos.defined() ? &pos : nullptr);
+  return x;
+}
+
+Tensor LanguageModel::host_logits(Backend& be, const Tensor& normed) {
+  const std::int64_t n = normed.size(0);
+  Tensor logits = be.empty({n, padded_vocab_}, info().param_dtype);
+  mixed_gemm(be, normed, false, output_weight().value, true, logits, info().compute_dtype);
+  Tensor host = Tensor::empty({n, padded_vocab_}, info().param_dtype);
+  be.copy(logits, host);
+  return host;
+}
+
+Tensor LanguageModel::decode(DecodeState& state, const Tensor& tokens, bool every_position) {
+  check_decodable();
   Backend& be = backend_for(info().device);
-  const std::int64_t b = tokens.size(0), s = tokens.size(1), h = config_.transformer.hidden_size;
+  const std::int64_t b = tokens.size(0), s = tokens.size(1);
   StepOptions eval;
   eval.backward = false;
   eval.training = false;
   const LayerContext ctx = context(eval);
-  const Tensor ids = sequence_major(be, tokens);
-  Tensor x = be.empty({s, b, h}, info().param_dtype);
-  Tensor positions;
-  if (embedding_.position_embeddings) {  // positions past ... past + s - 1 of every sequence
-    std::vector<std::int32_t> pos(static_cast<std::size_t>(s * b));
-    for (std::int64_t i = 0; i < s * b; ++i)
-      pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(state.past + i / b);
-    positions = be.empty({s, b}, DType::i32);
-    be.copy(Tensor::from(pos, {s, b}), positions);
-  }
-  embedding_.forward(ctx, ids, 0, x, nullptr, positions.defined() ? &positions : nullptr);
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(s * b));
+  for (std::int64_t i = 0; i < s * b; ++i)  // past ... past + s - 1 in every sequence
+    positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(state.past + i / b);
+  const Tensor x = embed_at(ctx, sequence_major(be, tokens), positions);
   LayerInputs inputs;
   if (const RotaryTables* tables = rotary_tables()) {
     inputs.set(layer_input::rotary_cos, tables->cos.slice(0, state.past, s));
@@ -156,13 +176,41 @@ Tensor LanguageModel::decode(DecodeState& state, const Tensor& tokens) {
   }
   const Tensor normed = decode_layers(ctx, x, inputs, state);
   state.past += s;
-  // The last position's rows (b of them) through the output layer.
-  const Tensor last = normed.slice(0, (s - 1) * b, b);
-  Tensor logits = be.empty({b, padded_vocab_}, info().param_dtype);
-  mixed_gemm(be, last, false, output_weight().value, true, logits, info().compute_dtype);
-  Tensor host = Tensor::empty({b, padded_vocab_}, info().param_dtype);
-  be.copy(logits, host);
-  return host;
+  if (every_position) {  // rows s * B + b -> (B, S, V)
+    return host_logits(be, normed).view({s, b, padded_vocab_}).transpose(0, 1).contiguous();
+  }
+  return host_logits(be, normed.slice(0, (s - 1) * b, b));  // the last position's rows
+}
+
+Tensor LanguageModel::decode_ragged(std::span<DecodeState* const> states,
+                                    std::span<const std::int32_t> tokens) {
+  check_decodable();
+  if (states.size() != tokens.size() || states.empty()) {
+    throw Error(name_ + ": decode_ragged takes one token for each of one or more states");
+  }
+  Backend& be = backend_for(info().device);
+  const auto n = static_cast<std::int64_t>(states.size());
+  StepOptions eval;
+  eval.backward = false;
+  eval.training = false;
+  const LayerContext ctx = context(eval);
+  std::vector<std::int32_t> positions;
+  std::vector<LayerInputs> columns(states.size());
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    const std::int64_t past = states[i]->past;
+    positions.push_back(static_cast<std::int32_t>(past));
+    if (const RotaryTables* tables = rotary_tables()) {
+      columns[i].set(layer_input::rotary_cos, tables->cos.slice(0, past, 1));
+      columns[i].set(layer_input::rotary_sin, tables->sin.slice(0, past, 1));
+    }
+  }
+  Tensor ids = be.empty({1, n}, DType::i32);
+  be.copy(Tensor::from(std::vector<std::int32_t>(tokens.begin(), tokens.end()), {1, n}), ids);
+  const Tensor x = embed_at(ctx, ids, positions);
+  const Tensor normed = decode_layers_ragged(ctx, x, LayerInputs{}, columns, states);
+  for (DecodeState* state : states)
+    ++state->past;
+  return host_logits(be, normed);
 }
 
 }  // namespace megatron::nn

@@ -99,9 +99,45 @@ Layer::Caches Layer::start_caches(Backend& backend, std::int64_t batch, std::int
 
 void Layer::forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
                            Caches& caches, std::int64_t past, Tensor& y) const {
-  Backend& be = ctx.backend;
   if (caches.size() != blocks_.size())
     throw Error("Layer::forward_cached: caches of another layer");
+  decode_blocks(ctx, x, inputs, y, [&](std::size_t k, const Tensor& normed, Tensor& out) {
+    blocks_[k].mixer->forward_cached(ctx, normed, inputs, *caches[k], past, out);
+  });
+}
+
+void Layer::forward_ragged(const LayerContext& ctx, const Tensor& x, const LayerInputs& shared,
+                           const std::vector<LayerInputs>& columns,
+                           const std::vector<Caches*>& caches, std::span<const std::int64_t> past,
+                           Tensor& y) const {
+  const auto n = static_cast<std::size_t>(x.size(1));
+  if (x.size(0) != 1 || columns.size() != n || caches.size() != n || past.size() != n) {
+    throw Error(
+        "Layer::forward_ragged: one new token of each sequence, with its inputs, caches "
+        "and past");
+  }
+  for (const Caches* c : caches)
+    if (!c || c->size() != blocks_.size())
+      throw Error("Layer::forward_ragged: caches of another layer");
+  Backend& be = ctx.backend;
+  const std::int64_t h = x.size(2);
+  decode_blocks(ctx, x, shared, y, [&](std::size_t k, const Tensor& normed, Tensor& out) {
+    // Each sequence alone: its cache holds its own positions (x's rows are contiguous as S = 1).
+    for (std::size_t b = 0; b < n; ++b) {
+      const auto col = static_cast<std::int64_t>(b);
+      Tensor one = be.empty({1, 1, h}, normed.dtype());
+      be.copy(normed.slice(1, col, 1), one);
+      Tensor one_out = be.empty({1, 1, h}, out.dtype());
+      blocks_[k].mixer->forward_cached(ctx, one, columns[b], *(*caches[b])[k], past[b], one_out);
+      Tensor out_col = out.slice(1, col, 1);
+      be.copy(one_out, out_col);
+    }
+  });
+}
+
+void Layer::decode_blocks(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+                          Tensor& y, const CachedStep& cached) const {
+  Backend& be = ctx.backend;
   const std::int64_t h = x.size(2), rows = x.size(0) * x.size(1);
   Tensor in = x;
   for (std::size_t k = 0; k < blocks_.size(); ++k) {
@@ -119,10 +155,10 @@ void Layer::forward_cached(const LayerContext& ctx, const Tensor& x, const Layer
         (void)block.mixer->forward(ctx, normed, inputs, block.first_site, out);
         break;
       case Mixer::Decoding::cached:
-        block.mixer->forward_cached(ctx, normed, inputs, *caches[k], past, out);
+        cached(k, normed, out);
         break;
       case Mixer::Decoding::none:
-        throw Error("Layer::forward_cached: a block of this layer cannot decode incrementally");
+        throw Error("Layer: a block of this layer cannot decode incrementally");
     }
     Tensor sum = k + 1 == blocks_.size() ? y : be.empty(in.shape(), in.dtype());
     be.add(block.residual_from_norm ? normed : in, out, sum);

@@ -122,6 +122,23 @@ Tensor LayerStack::forward_cached(const LayerContext& ctx, Tensor x, const Layer
   return x;
 }
 
+Tensor LayerStack::forward_ragged(const LayerContext& ctx, Tensor x, const LayerInputs& shared,
+                                  const std::vector<LayerInputs>& columns,
+                                  const std::vector<std::vector<Layer::Caches>*>& caches,
+                                  std::span<const std::int64_t> past) const {
+  for (const auto* c : caches)
+    if (!c || c->size() != layers_.size()) throw Error("LayerStack: caches of another stack");
+  std::vector<Layer::Caches*> layer_caches(caches.size());
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    for (std::size_t b = 0; b < caches.size(); ++b)
+      layer_caches[b] = &(*caches[b])[l];
+    Tensor y = ctx.backend.empty(x.shape(), x.dtype());
+    layers_[l].forward_ragged(ctx, x, shared, columns, layer_caches, past, y);
+    x = y;
+  }
+  return x;
+}
+
 Tensor LayerStack::backward(const LayerContext& ctx, int chunk, Tensor dy,
                             const LayerInputs& inputs, State& state,
                             const StepOptions& options) const {

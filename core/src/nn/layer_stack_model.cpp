@@ -364,6 +364,35 @@ Tensor LayerStackModel::decode_layers(const LayerContext& ctx, const Tensor& x,
   return normed;
 }
 
+Tensor LayerStackModel::decode_layers_ragged(const LayerContext& ctx, const Tensor& x,
+                                             const LayerInputs& shared,
+                                             const std::vector<LayerInputs>& columns,
+                                             std::span<DecodeState* const> states) const {
+  const std::int64_t n = x.size(1);
+  if (x.size(0) != 1 || static_cast<std::int64_t>(states.size()) != n) {
+    throw Error(name_ + ": a ragged decoding step takes one new token of each sequence");
+  }
+  std::vector<std::vector<Layer::Caches>*> caches;
+  std::vector<std::int64_t> past;
+  for (DecodeState* state : states) {
+    if (state->batch != 1 || state->past + 1 > state->max_tokens) {
+      throw Error(name_ +
+                  ": a ragged decoding step needs states of one sequence with room for a "
+                  "token (found " +
+                  std::to_string(state->batch) + " sequences, " + std::to_string(state->past) +
+                  " of " + std::to_string(state->max_tokens) + " tokens)");
+    }
+    caches.push_back(&state->caches);
+    past.push_back(state->past);
+  }
+  const Tensor y = stack_.forward_ragged(ctx, x, shared, columns, caches, past);
+  const std::int64_t h = config_.transformer.hidden_size;
+  Tensor normed = ctx.backend.empty({n, h}, info_.param_dtype);
+  Norm::Saved saved;
+  final_norm_.forward(ctx.backend, y.view({n, h}), normed, saved);
+  return normed;
+}
+
 double LayerStackModel::flops_per_iteration(std::int64_t samples) const {
   // Forward + backward = 3 x forward, 2 FLOPs per multiply-add, attention counted at half (causal).
   const TransformerConfig& tc = config_.transformer;

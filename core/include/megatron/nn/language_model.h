@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "megatron/nn/embedding.h"
@@ -24,8 +25,13 @@ class LanguageModel : public LayerStackModel {
   Tensor logits(const Batch& batch);
   // Incremental decoding (see can_decode / start_decoding): the logits (B, padded vocab) on the
   // host after the last of `tokens` (B, S_new) i32, the tokens at positions state.past onwards
-  // (a prompt, then one token a step); advances state.past.
-  Tensor decode(DecodeState& state, const Tensor& tokens);
+  // (a prompt, then one token a step); advances state.past. `every_position`: the logits after
+  // each of them, (B, S_new, padded vocab) (a prompt's log-probabilities).
+  Tensor decode(DecodeState& state, const Tensor& tokens, bool every_position = false);
+  // Continuous batching: one new token of each of n sequences at their own positions, states[b]
+  // sequence b's (one sequence each; see decode_layers_ragged) -> the logits (n, padded vocab) on
+  // the host; advances each state's past.
+  Tensor decode_ragged(std::span<DecodeState* const> states, std::span<const std::int32_t> tokens);
 
  protected:
   // `name` in messages (GPT, Mamba); `final_norm` the final norm's name.
@@ -47,6 +53,12 @@ class LanguageModel : public LayerStackModel {
 
  private:
   Parameter& output_weight();
+  void check_decodable() const;
+  // Embeds ids (S, B) on the device whose token (s, b) is at position positions[s * B + b].
+  Tensor embed_at(const LayerContext& ctx, const Tensor& ids,
+                  const std::vector<std::int32_t>& positions);
+  // normed rows (n, h) -> logits (n, padded vocab) on the host.
+  Tensor host_logits(Backend& be, const Tensor& normed);
 
   std::string name_;
   Embedding embedding_;                // first virtual stage

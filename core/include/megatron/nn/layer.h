@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,13 @@ class Layer {
   // block x + Mixer(Norm(x)) with the mixer's forward (stateless) or forward_cached.
   void forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
                       Caches& caches, std::int64_t past, Tensor& y) const;
+  // Continuous batching: x, y (1, n, h) one new token of each of n sequences, each with its own
+  // caches (one sequence each) and past. Norms and stateless mixers run on the n rows together;
+  // a cached mixer runs each sequence on its own caches, with `columns[b]` as its inputs (its
+  // rotary positions); stateless mixers read `shared`.
+  void forward_ragged(const LayerContext& ctx, const Tensor& x, const LayerInputs& shared,
+                      const std::vector<LayerInputs>& columns, const std::vector<Caches*>& caches,
+                      std::span<const std::int64_t> past, Tensor& y) const;
 
   std::size_t num_blocks() const { return blocks_.size(); }
   // Block k's mixer, as its kind (nullptr when it is another kind).
@@ -72,6 +81,11 @@ class Layer {
     std::uint64_t first_site = 0;  // the mixer's sites, then the hidden dropout's
     std::uint64_t hidden_site = 0;
   };
+  // The blocks in evaluation mode on the new tokens: norms and stateless mixers here, a cached
+  // mixer's step by `cached(k, normed, out)`.
+  using CachedStep = std::function<void(std::size_t, const Tensor&, Tensor&)>;
+  void decode_blocks(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs, Tensor& y,
+                     const CachedStep& cached) const;
   // Philox offset of a hidden-dropout site for an activation shard of `numel` elements: a
   // sequence shard continues the unsplit tensor's stream at its first element, so the masks
   // equal the single-rank run's; replicated activations use the same masks on every rank.

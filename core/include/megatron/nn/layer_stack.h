@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ class LayerStack {
                                           std::int64_t max_tokens, DType dtype) const;
   Tensor forward_cached(const LayerContext& ctx, Tensor x, const LayerInputs& inputs,
                         std::vector<Layer::Caches>& caches, std::int64_t past) const;
+  // Layer::forward_ragged layer by layer: caches[b] are sequence b's (one per layer).
+  Tensor forward_ragged(const LayerContext& ctx, Tensor x, const LayerInputs& shared,
+                        const std::vector<LayerInputs>& columns,
+                        const std::vector<std::vector<Layer::Caches>*>& caches,
+                        std::span<const std::int64_t> past) const;
 
   const std::vector<LayerRange>& chunks() const { return chunks_; }
   // The parameters of layer `layer` (empty when this rank does not hold it).

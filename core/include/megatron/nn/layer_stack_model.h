@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -136,6 +137,12 @@ class LayerStackModel : public Model {
   // those positions'. Does not advance state.past.
   Tensor decode_layers(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
                        DecodeState& state) const;
+  // Continuous batching: x (1, n, h) one new token of each of n sequences, states[b] sequence
+  // b's own (one sequence each, at its own past); `columns[b]` its positions' inputs ->
+  // normed rows (n, h). Does not advance the pasts.
+  Tensor decode_layers_ragged(const LayerContext& ctx, const Tensor& x, const LayerInputs& shared,
+                              const std::vector<LayerInputs>& columns,
+                              std::span<DecodeState* const> states) const;
   const ModelBuildInfo& info() const { return info_; }
   const TensorParallelism& tp() const { return tp_; }
   LayerContext context(const StepOptions& options) const;
