@@ -4,8 +4,6 @@
 // token recomputes the whole sequence.
 #include <fstream>
 #include <iostream>
-#include <optional>
-#include <random>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +12,7 @@
 #include "commands/commands.h"
 #include "megatron/dataset.h"
 #include "megatron/error.h"
+#include "megatron/inference/engine.h"
 #include "megatron/inference/sampling.h"
 #include "megatron/model.h"
 #include "megatron/nn/language_model.h"
@@ -40,6 +39,7 @@ struct GenerateOptions {
   bool stop_on_double_eol = false;
   std::string output_json;
   bool recompute = false;  // no KV cache (also when the model cannot decode incrementally)
+  std::int64_t max_batch = 8;
 };
 
 // The prompts of --prompt (in order) and --prompts-file (one a line).
@@ -73,84 +73,52 @@ struct Generated {
   std::string stopped_by;  // "length", "eod", "eol", "double eol", "seq_length"
 };
 
-// A micro-batch of one sequence: `ids` then end-of-document padding to the model's length (the
-// positions after the last id do not reach its logits: every mixer is causal).
-Batch one_sequence(const SampleSpec& fields, const std::vector<TokenId>& ids, TokenId eod) {
-  Batch batch = Batch::allocate(fields, 1);
-  const SampleSlots slots = batch.sample(0);
-  auto tokens = slots.i32("tokens");
-  std::fill(tokens.begin(), tokens.end(), eod);
-  std::copy(ids.begin(), ids.end(), tokens.begin());
-  auto labels = slots.i32("labels");
-  std::fill(labels.begin(), labels.end(), eod);
-  auto mask = slots.get<float>("loss_mask");
-  std::fill(mask.begin(), mask.end(), 0.0f);
-  return batch;
-}
+// Collects one prompt's tokens as the engine reports them.
+class Collector : public inference::GenerationSink {
+ public:
+  explicit Collector(Generated& out) : out_(out) {}
+  void token(const Token& token) override { out_.tokens.push_back(token.id); }
+  void finished(inference::StopReason reason, const std::string& error) override {
+    if (!error.empty()) throw Error("megatron-app generate: " + error);
+    out_.stopped_by = inference::stop_reason_name(reason);
+  }
 
-Generated generate_one(nn::LanguageModel& lm, const SampleSpec& fields, const Tokenizer& tokenizer,
-                       std::int64_t seq_length, const std::string& prompt,
-                       const GenerateOptions& o) {
-  Generated out;
-  out.prompt = tokenizer.encode(prompt);
-  // An empty prompt starts from the end-of-document token, as an unconditional sample.
-  std::vector<TokenId> ids =
-      out.prompt.empty() ? std::vector<TokenId>{tokenizer.eod()} : out.prompt;
-  if (static_cast<std::int64_t>(ids.size()) >= seq_length) {
-    throw UsageError(
-        fmt::format("megatron-app generate: the prompt has {} tokens; the model reads at most {} "
-                    "([data] seq_length), so no token is left to generate",
-                    ids.size(), seq_length));
-  }
+ private:
+  Generated& out_;
+};
+
+// Every prompt through the engine (decoding together, up to --max-batch at a time), each with
+// its own random stream from --seed.
+std::vector<Generated> generate_all(inference::Decoder& decoder, const Tokenizer& tokenizer,
+                                    const std::vector<std::string>& prompts,
+                                    const GenerateOptions& o) {
   const auto vocab = static_cast<std::int64_t>(tokenizer.vocab_size());
-  std::mt19937_64 random(o.seed);  // each prompt its own stream, from the seed
-  inference::SamplingParams params = o.sampling;
-  // The logits after the last id: the KV cache fed the ids it has not seen, or the whole
-  // sequence recomputed.
-  std::optional<nn::LayerStackModel::DecodeState> cache;
-  if (!o.recompute) cache = lm.start_decoding(1, seq_length);
-  std::size_t cached = 0;
-  auto next_logits = [&]() -> Tensor {
-    if (!cache) {
-      const Tensor all = lm.logits(one_sequence(fields, ids, tokenizer.eod()));
-      return all.select(0, 0).select(0, static_cast<std::int64_t>(ids.size()) - 1).contiguous();
+  inference::Engine engine(decoder, tokenizer, vocab, o.max_batch);
+  std::vector<Generated> results(prompts.size());
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    Generated& out = results[i];
+    out.prompt = tokenizer.encode(prompts[i]);
+    inference::GenerationRequest request;
+    // An empty prompt starts from the end-of-document token, as an unconditional sample.
+    request.prompt = out.prompt.empty() ? std::vector<TokenId>{tokenizer.eod()} : out.prompt;
+    if (static_cast<std::int64_t>(request.prompt.size()) >= decoder.max_tokens()) {
+      throw UsageError(fmt::format(
+          "megatron-app generate: prompt {} has {} tokens; the model reads at most {} ([data] "
+          "seq_length), so no token is left to generate",
+          i + 1, request.prompt.size(), decoder.max_tokens()));
     }
-    const std::vector<TokenId> fresh(ids.begin() + static_cast<std::ptrdiff_t>(cached), ids.end());
-    cached = ids.size();
-    return lm.decode(*cache, Tensor::from(fresh, {1, static_cast<std::int64_t>(fresh.size())}))
-        .select(0, 0)
-        .contiguous();
-  };
-  out.stopped_by = "length";
-  for (std::int64_t step = 0; step < o.tokens_to_generate; ++step) {
-    if (static_cast<std::int64_t>(ids.size()) == seq_length) {
-      out.stopped_by = "seq_length";
-      break;
-    }
-    const Tensor row = next_logits();
-    const double uniform = std::uniform_real_distribution<double>(0.0, 1.0)(random);
-    const std::int32_t token = inference::sample_token(
-        std::span<const float>(row.data<float>(), static_cast<std::size_t>(row.numel())), vocab,
-        params, uniform);
-    params.top_p = inference::decayed_top_p(params, params.top_p);
-    if (token == tokenizer.eod()) {
-      out.stopped_by = "eod";
-      break;
-    }
-    ids.push_back(token);
-    out.tokens.push_back(token);
-    const std::string piece = tokenizer.decode(std::span<const TokenId>(&out.tokens.back(), 1));
-    if (o.stop_on_double_eol && tokenizer.decode(out.tokens).find("\n\n") != std::string::npos) {
-      out.stopped_by = "double eol";
-      break;
-    }
-    if (o.stop_on_eol && piece.find('\n') != std::string::npos) {
-      out.stopped_by = "eol";
-      break;
-    }
+    request.tokens_to_generate = o.tokens_to_generate;
+    request.sampling = o.sampling;
+    request.seed = o.seed;
+    request.stop_on_eol = o.stop_on_eol;
+    request.stop_on_double_eol = o.stop_on_double_eol;
+    engine.submit(std::move(request), std::make_shared<Collector>(out));
   }
-  out.text = tokenizer.decode(out.tokens);
-  return out;
+  while (engine.pending() > 0)
+    engine.step();
+  for (Generated& out : results)
+    out.text = tokenizer.decode(out.tokens);
+  return results;
 }
 
 po::options_description describe_options(CommonOptions& common, GenerateOptions& o) {
@@ -192,7 +160,9 @@ po::options_description describe_options(CommonOptions& common, GenerateOptions&
       ("output-json", po::value(&o.output_json)->value_name("FILE"),
        "also write the prompts' token ids, generated ids and texts as JSON")  //
       ("recompute", po::bool_switch(&o.recompute),
-       "recompute the whole sequence for each token instead of decoding with the KV cache");
+       "recompute the whole sequence for each token instead of decoding with the KV cache")  //
+      ("max-batch", po::value(&o.max_batch)->default_value(8)->value_name("N"),
+       "decode up to N prompts together (each prompt's tokens are the same alone)");
   return d;
 }
 
@@ -223,6 +193,10 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
     return 0;
   }
   const std::vector<std::string> prompts = read_prompts(o);
+  if (o.max_batch < 1) {
+    throw UsageError("megatron-app generate: --max-batch: expected 1 or more, found " +
+                     std::to_string(o.max_batch));
+  }
   if (o.tokens_to_generate < 1) {
     throw UsageError("megatron-app generate: --tokens-to-generate: expected 1 or more, found " +
                      std::to_string(o.tokens_to_generate));
@@ -268,11 +242,13 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
   session.log->info("generating from {} (iteration {}){}", report.file.string(), report.iteration,
                     o.recompute ? ", recomputing the sequence for each token" : "");
 
-  std::vector<Generated> results;
-  for (const std::string& prompt : prompts) {
-    results.push_back(generate_one(*lm, fields, tokenizer, dataset->seq_length(), prompt, o));
-    std::cout << prompt << results.back().text << "\n" << std::flush;
-  }
+  const std::unique_ptr<inference::Decoder> decoder =
+      o.recompute
+          ? inference::recomputing_decoder(*lm, fields, dataset->seq_length(), tokenizer.eod())
+          : inference::kv_cache_decoder(*lm, dataset->seq_length());
+  const std::vector<Generated> results = generate_all(*decoder, tokenizer, prompts, o);
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    std::cout << prompts[i] << results[i].text << "\n";
   if (!o.output_json.empty()) write_json(o.output_json, prompts, results);
   return 0;
 }

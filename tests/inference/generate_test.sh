@@ -77,7 +77,7 @@ cmp "$work/tasks.json" "$work/greedy_hot.json" || fail "greedy depends on the te
 refused "is not a decoder-only language model" --config "$configs/bert_tiny.toml" \
   --load "$tasks_ckpt" --prompt "x" --set "data.data_cache_path=$work/cache"
 long=$(printf 'word %.0s' $(seq 200))
-refused "the prompt has 201 tokens; the model reads at most 128" --config "$configs/gpt_tiny.toml" \
+refused "prompt 1 has 201 tokens; the model reads at most 128" --config "$configs/gpt_tiny.toml" \
   "${tasks[@]}" --prompt "$long"
 refused "cannot set both top-k and top-p samplings." --config "$configs/gpt_tiny.toml" \
   "${tasks[@]}" --prompt "x" --top-k 5 --top-p 0.5
