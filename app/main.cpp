@@ -21,6 +21,8 @@ const std::vector<Command>& commands() {
       {"inspect", run_inspect, "show a checkpoint's tensors and statistics, or diff two"},
       {"data", run_data, "print the samples of a split in the order training consumes them"},
       {"generate", run_generate, "generate text from a trained language model's checkpoint"},
+      {"serve", run_serve,
+       "serve text generation over HTTP (Megatron's /api, OpenAI's /v1 endpoints)"},
   };
   return table;
 }

@@ -12,6 +12,8 @@ find_package(ICU 72 REQUIRED COMPONENTS uc i18n)
 # PCRE2 ships no CMake config in Debian; its pkg-config file gives an imported target.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# `serve`'s HTTP server: Debian's libcpp-httplib-dev (a compiled library with a pkg-config file).
+pkg_check_modules(cpp_httplib REQUIRED IMPORTED_TARGET cpp-httplib)
 # liburing: checkpoint loads on one compute thread queue their reads through io_uring
 # (core/src/checkpoint/ring_reads.h); a kernel that refuses io_uring at run time is read otherwise.
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)

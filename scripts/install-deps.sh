@@ -19,6 +19,7 @@ build_packages=(
   libspdlog-dev libfmt-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake needs OpenCL headers
+  libcpp-httplib-dev  # `serve`'s HTTP server
   libfaiss-dev  # Retro's retrieval index (a static, PIC library with a CMake config)
 )
 test_packages=(

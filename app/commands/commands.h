@@ -23,6 +23,7 @@ int run_preprocess(MpiRuntime& runtime, const std::vector<std::string>& args);
 int run_inspect(MpiRuntime& runtime, const std::vector<std::string>& args);
 int run_data(MpiRuntime& runtime, const std::vector<std::string>& args);
 int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args);
+int run_serve(MpiRuntime& runtime, const std::vector<std::string>& args);
 // A command the config's [data] plugin adds (`name` is not built in).
 int run_plugin_command(MpiRuntime& runtime, const std::string& name,
                        const std::vector<std::string>& args);

@@ -10,17 +10,10 @@
 
 #include "cli.h"
 #include "commands/commands.h"
-#include "megatron/dataset.h"
+#include "commands/generation_model.h"
 #include "megatron/error.h"
 #include "megatron/inference/engine.h"
 #include "megatron/inference/sampling.h"
-#include "megatron/model.h"
-#include "megatron/nn/language_model.h"
-#include "megatron/parallel/parallel_state.h"
-#include "megatron/train/model_setup.h"
-#include "megatron/train/pretrained.h"
-#include "plugin_objects.h"
-#include "session.h"
 
 namespace megatron::app {
 
@@ -56,15 +49,6 @@ std::vector<std::string> read_prompts(const GenerateOptions& o) {
     throw UsageError("megatron-app generate: give a --prompt or a --prompts-file");
   }
   return prompts;
-}
-
-// Where the weights come from: --load, else [checkpoint] load, else save (the main job's).
-std::string checkpoint_to_load(const GenerateOptions& o, const config::CheckpointConfig& c) {
-  if (!o.load.empty()) return o.load;
-  if (!c.load.empty()) return c.load;
-  if (!c.save.empty()) return c.save;
-  throw UsageError(
-      "megatron-app generate: no checkpoint: give --load, or set [checkpoint] load or save");
 }
 
 struct Generated {
@@ -201,52 +185,11 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
     throw UsageError("megatron-app generate: --tokens-to-generate: expected 1 or more, found " +
                      std::to_string(o.tokens_to_generate));
   }
-  Session session = open_session(runtime, common, {});
-  const config::CoreConfig& core = session.config.core();
-  if (runtime.world_size() > 1 || core.parallel.tensor_model_parallel_size > 1 ||
-      core.parallel.pipeline_model_parallel_size > 1) {
-    throw UsageError(
-        "megatron-app generate: runs on one rank for now (no mpirun, [parallel] sizes 1); the "
-        "checkpoint may come from any layout");
-  }
-  ParallelState parallel = ParallelState::create(runtime, parallel_sizes(core.parallel));
-  auto dataset =
-      create_plugin<Dataset>(session, parallel, "data", "megatron::Dataset", "type = \"gpt\"");
-  const Tokenizer& tokenizer = dataset->tokenizer();
-  const std::string error =
-      inference::sampling_error(o.sampling, static_cast<std::int64_t>(tokenizer.vocab_size()));
+  GenerationModel loaded(runtime, common, "generate", o.load, o.recompute);
+  const Tokenizer& tokenizer = loaded.tokenizer();
+  const std::string error = inference::sampling_error(o.sampling, loaded.vocab_size());
   if (!error.empty()) throw UsageError("megatron-app generate: " + error);
-
-  auto model =
-      create_plugin<Model>(session, parallel, "model", "megatron::Model", "type = \"gpt\"");
-  auto* lm = dynamic_cast<nn::LanguageModel*>(model.get());
-  const std::string type = session.selected_for("model")->record->name;
-  if (!lm) {
-    throw UsageError("megatron-app generate: [model] type '" + type +
-                     "' is not a decoder-only language model (gpt, mamba, ...); it cannot "
-                     "generate text");
-  }
-  const SampleSpec fields = dataset->sample_fields();
-  model->build(train::model_build_info(parallel, core, *model,
-                                       static_cast<std::int64_t>(tokenizer.vocab_size()),
-                                       dataset->seq_length(), fields));
-  train::PretrainedRules rules;
-  rules.model_type = type;
-  const train::PretrainedReport report = train::load_pretrained(
-      checkpoint_to_load(o, core.checkpoint), *model, parallel, rules, *session.log);
-  if (!o.recompute && !lm->can_decode()) {
-    session.log->info("{}: a block keeps no decoding cache; each token recomputes the sequence",
-                      type);
-    o.recompute = true;
-  }
-  session.log->info("generating from {} (iteration {}){}", report.file.string(), report.iteration,
-                    o.recompute ? ", recomputing the sequence for each token" : "");
-
-  const std::unique_ptr<inference::Decoder> decoder =
-      o.recompute
-          ? inference::recomputing_decoder(*lm, fields, dataset->seq_length(), tokenizer.eod())
-          : inference::kv_cache_decoder(*lm, dataset->seq_length());
-  const std::vector<Generated> results = generate_all(*decoder, tokenizer, prompts, o);
+  const std::vector<Generated> results = generate_all(loaded.decoder(), tokenizer, prompts, o);
   for (std::size_t i = 0; i < prompts.size(); ++i)
     std::cout << prompts[i] << results[i].text << "\n";
   if (!o.output_json.empty()) write_json(o.output_json, prompts, results);
