@@ -29,6 +29,9 @@ test_packages=(
   python3-faiss  # reads Retro's index files independently of the C++ side
   sentencepiece  # spm_encode / spm_train: the SentencePiece tokenizer tests' reference
   clang libclang-rt-dev libomp-dev  # libFuzzer targets (fuzz/): clang, its fuzzer runtime, OpenMP
+  # `serve`'s clients in tests/serve: curl, Python's requests, Node.js (npm's openai client),
+  # headless Chromium driven by Selenium.
+  curl python3-requests nodejs chromium chromium-driver python3-selenium
 )
 
 case "$profile" in
@@ -43,6 +46,10 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# Debian's nodejs comes without npm (NodeSource's, on some machines, brings its own).
+if [ "$profile" = test ] && ! command -v npm > /dev/null; then
+  missing+=(npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

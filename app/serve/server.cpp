@@ -442,10 +442,12 @@ void Server::stream(httplib::Response& res, std::shared_ptr<Job> job, Channels c
         sink.done();
         return true;
       },
-      [progress](bool success) {
-        if (!success)
-          for (const auto& c : progress->channels)
-            c->cancel();
+      [this, progress](bool success) {
+        if (success) return;
+        log_.info("a client left its stream; its {} request(s) are cancelled",
+                  progress->channels.size());
+        for (const auto& c : progress->channels)
+          c->cancel();
       });
 }
 
