@@ -191,6 +191,45 @@ TEST_P(MambaOpsTest, ScanEqualsTheRecurrenceForEveryChunkSize) {
   }
 }
 
+TEST_P(MambaOpsTest, RecurrentScanContinuesFromItsState) {
+  // Incremental decoding: tokens [0, 4) from a zero state, then [4, 11) from the state that
+  // left, give the recurrence's outputs, and the state between is the one entering chunk 1.
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    ScanCase c;
+    c.chunk = 4;
+    const ScanTensors host_s = random_scan(c, dtype, 20);
+    std::vector<double> boundaries;
+    const auto expected = recurrence(host_s, c, &boundaries);
+    const Tolerance tol = dtype == DType::f64 ? Tolerance{1e-11, 1e-11} : Tolerance{2e-5, 2e-5};
+    Tensor state = empty({c.batch, c.heads, c.head_dim, c.state}, dtype);
+    be().fill(state, 0.0);
+    Tensor y = empty({c.batch, c.seq, c.heads, c.head_dim}, dtype);
+    for (const auto& [start, length] : {std::pair<std::int64_t, std::int64_t>{0, 4}, {4, 7}}) {
+      auto part = [&](const Tensor& t) { return upload(t.slice(1, start, length).contiguous()); };
+      Backend::SsdScan scan{
+          part(host_s.x),       part(host_s.dt),  part(host_s.B),         part(host_s.C),
+          upload(host_s.A_log), upload(host_s.D), upload(host_s.dt_bias), 1};
+      Tensor y_part = y.slice(1, start, length);
+      be().ssd_scan_recurrent(scan, state, y_part);
+      if (start == 0) {
+        const Tensor want =
+            Tensor::from(boundaries, {c.batch, chunks_of(c), c.heads, c.head_dim, c.state})
+                .select(1, 1)
+                .contiguous()
+                .to(dtype);
+        EXPECT_TRUE(all_close(download(state), want, tol)) << "the state after 4 tokens";
+      }
+    }
+    EXPECT_TRUE(all_close(download(y), Tensor::from(expected, y.shape()).to(dtype), tol));
+    const ScanTensors dev{upload(host_s.x),      upload(host_s.dt),    upload(host_s.B),
+                          upload(host_s.C),      upload(host_s.A_log), upload(host_s.D),
+                          upload(host_s.dt_bias)};
+    Tensor wrong_state = empty({c.batch, c.heads, c.head_dim, c.state + 1}, dtype);
+    EXPECT_THROW(be().ssd_scan_recurrent(scan_args(dev, 1), wrong_state, y), Error);
+  }
+}
+
 TEST_P(MambaOpsTest, ScanOnMixerViews) {
   // x, B, C and dt as strided views into one (S, B, width) buffer, the way the mixer passes them.
   const ScanCase c{2, 9, 4, 3, 2, 5, 4};

@@ -104,6 +104,60 @@ TEST(MambaModel, MoeLayersAreThePatternsE) {
   EXPECT_NE(m->describe().find("1 MoE: M*E"), std::string::npos) << m->describe();
 }
 
+// Incremental decoding (the conv window and SSM state of each Mamba layer, the KV cache of
+// attention layers) gives the logits of recomputing the whole sequence: a prompt, then several
+// tokens at once, then one at a time, for two sequences together; and sequences at different
+// positions decoded together (continuous batching).
+void expect_decoding_matches_recompute(const MambaConfig& config) {
+  const std::int64_t vocab = 29, seq = 11;
+  auto m = build(config, DType::f32, vocab, seq);
+  ASSERT_TRUE(m->can_decode());
+  const Batch batch = test::gpt_batch(2, seq, vocab, 6, [](std::size_t) { return true; });
+  const Tensor whole = m->logits(batch);  // (B, S, padded vocab)
+  const Tensor& tokens = batch["tokens"];
+  auto expect_close = [](const Tensor& got, const Tensor& want, const std::string& what) {
+    const std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+    ASSERT_EQ(g.size(), w.size()) << what;
+    double scale = 0, worst = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      scale = std::max(scale, std::abs(static_cast<double>(w[i])));
+      worst = std::max(worst, std::abs(static_cast<double>(g[i]) - w[i]));
+    }
+    EXPECT_LE(worst, 2e-5 * scale) << what << ": max |difference| " << worst;
+  };
+  nn::LayerStackModel::DecodeState state = m->start_decoding(2, seq);
+  for (const std::int64_t step : {4, 3, 1, 1, 1, 1}) {
+    const std::int64_t done = state.past;
+    const Tensor next = m->decode(state, tokens.slice(1, done, step).contiguous());
+    expect_close(next, whole.select(1, done + step - 1).contiguous(),
+                 "after position " + std::to_string(done + step - 1));
+  }
+  // Sequence 0 prefilled with 2 tokens, sequence 1 with 5, then both a token a step.
+  std::vector<nn::LayerStackModel::DecodeState> states;
+  for (const std::int64_t b : {0, 1}) {
+    states.push_back(m->start_decoding(1, seq));
+    m->decode(states.back(), tokens.slice(0, b, 1).slice(1, 0, b == 0 ? 2 : 5).contiguous());
+  }
+  while (states[1].past < seq) {
+    std::vector<nn::LayerStackModel::DecodeState*> both = {&states[0], &states[1]};
+    std::vector<std::int32_t> next;
+    for (std::int64_t b : {0, 1})
+      next.push_back(
+          tokens.select(0, b).select(0, states[b].past).contiguous().to_vector<std::int32_t>()[0]);
+    const Tensor logits = m->decode_ragged(both, next);
+    for (std::int64_t b : {0, 1})
+      expect_close(logits.select(0, b).contiguous(),
+                   whole.select(0, b).select(0, states[b].past - 1).contiguous(),
+                   "sequence " + std::to_string(b) + " at " + std::to_string(states[b].past - 1));
+  }
+}
+
+TEST(MambaModel, DecodingMatchesRecomputingPureAndHybrid) {
+  expect_decoding_matches_recompute(tiny_config("MM"));
+  expect_decoding_matches_recompute(tiny_config("M*M-"));
+  expect_decoding_matches_recompute(moe_config("M*E"));
+}
+
 TEST(MambaModel, MegatronParameterNamesAndClosedFormCount) {
   const MambaConfig c = tiny_config("M*-");
   auto m = build(c, DType::f32, 29, 8, Device::meta());

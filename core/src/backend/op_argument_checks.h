@@ -264,8 +264,8 @@ inline void check_causal_conv1d_args(
 }
 
 // ssd_scan_*: the scan's tensors (see Backend::SsdScan) and chunk_states.
-inline void check_ssd_scan_args(const char* op, const Backend::SsdScan& s,
-                                const Tensor& chunk_states, Device device) {
+// The scan's operands (ssd_scan_forward / backward / recurrent).
+inline void check_ssd_scan_operands(const char* op, const Backend::SsdScan& s, Device device) {
   check_float_view(op, "x", s.x, s.x, "x", device);
   check_rank(op, "x", s.x, 4);
   const std::int64_t batch = s.x.size(0), seq = s.x.size(1), heads = s.x.size(2);
@@ -277,7 +277,7 @@ inline void check_ssd_scan_args(const char* op, const Backend::SsdScan& s,
     fail(op, "B " + s.B.describe() + " must be (batch, seq, groups, state) with batch " +
                  std::to_string(batch) + " and seq " + std::to_string(seq) + " of x");
   }
-  const std::int64_t groups = s.B.size(2), state = s.B.size(3);
+  const std::int64_t groups = s.B.size(2);
   if (groups < 1 || heads % groups != 0) {
     fail(op, "the heads of x (" + std::to_string(heads) +
                  ") must be a multiple of the groups of B (" + std::to_string(groups) + ")");
@@ -291,12 +291,26 @@ inline void check_ssd_scan_args(const char* op, const Backend::SsdScan& s,
     check_shape(op, name, *t, {heads});
     check_contiguous(op, name, *t);
   }
+}
+
+inline void check_ssd_scan_args(const char* op, const Backend::SsdScan& s,
+                                const Tensor& chunk_states, Device device) {
+  check_ssd_scan_operands(op, s, device);
   if (s.chunk_size < 1)
     fail(op, "chunk_size must be at least 1, got " + std::to_string(s.chunk_size));
-  const std::int64_t chunks = (seq + s.chunk_size - 1) / s.chunk_size;
+  const std::int64_t chunks = (s.x.size(1) + s.chunk_size - 1) / s.chunk_size;
   check_float_view(op, "chunk_states", chunk_states, s.x, "x", device);
-  check_shape(op, "chunk_states", chunk_states, {batch, chunks, heads, s.x.size(3), state});
+  check_shape(op, "chunk_states", chunk_states,
+              {s.x.size(0), chunks, s.x.size(2), s.x.size(3), s.B.size(3)});
   check_contiguous(op, "chunk_states", chunk_states);
+}
+
+// ssd_scan_recurrent's state (Bt, H, P, N), contiguous, of x's dtype.
+inline void check_ssd_state(const char* op, const Backend::SsdScan& s, const Tensor& state,
+                            Device device) {
+  check_float_view(op, "state", state, s.x, "x", device);
+  check_shape(op, "state", state, {s.x.size(0), s.x.size(2), s.x.size(3), s.B.size(3)});
+  check_contiguous(op, "state", state);
 }
 
 // gated_rmsnorm_*: x and `like_x` (z, y, dy, dx, dz) (rows, N); weight (N) contiguous; N divisible

@@ -120,6 +120,25 @@ void MambaBlock::backward(const LayerContext& ctx, const Tensor&, const Tensor& 
   mixer.backward(ctx, rows_of(dy), saved_as<MambaMixer::Saved>(saved), dx_rows);
 }
 
+namespace {
+struct MambaCache : Mixer::Cache {
+  MambaMixer::DecodeState state;
+};
+}  // namespace
+
+std::unique_ptr<Mixer::Cache> MambaBlock::start_cache(Backend& backend, std::int64_t batch,
+                                                      std::int64_t, DType dtype) const {
+  auto cache = std::make_unique<MambaCache>();
+  cache->state = mixer.start_decoding(backend, batch, dtype);
+  return cache;
+}
+
+void MambaBlock::forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs&,
+                                Cache& cache, std::int64_t, Tensor& y) const {
+  Tensor y_rows = rows_of(y);
+  mixer.forward_decoding(ctx, rows_of(x), x.size(1), static_cast<MambaCache&>(cache).state, y_rows);
+}
+
 BlockSpec self_attention_block(AttentionMask mask, NormNames names) {
   const bool fused = names == NormNames::fused;
   return {"self_attention",

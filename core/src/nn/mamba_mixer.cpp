@@ -110,6 +110,59 @@ void MambaMixer::forward(const LayerContext& ctx, const Tensor& x, std::int64_t 
   out_proj.forward(be, saved.normed, out, ctx.compute);
 }
 
+MambaMixer::DecodeState MambaMixer::start_decoding(Backend& be, std::int64_t batch,
+                                                   DType dtype) const {
+  DecodeState state;
+  state.conv_window = be.empty({batch, config_.mamba_conv_kernel - 1, conv_width()}, dtype);
+  state.ssm = be.empty({batch, heads_, head_dim_, state_}, dtype);
+  be.fill(state.conv_window, 0.0);
+  be.fill(state.ssm, 0.0);
+  return state;
+}
+
+void MambaMixer::forward_decoding(const LayerContext& ctx, const Tensor& x, std::int64_t batch,
+                                  DecodeState& state, Tensor& out) const {
+  if (tp_.split()) throw Error("Mamba: incremental decoding without tensor parallelism");
+  Backend& be = ctx.backend;
+  const DType dt = x.dtype();
+  const std::int64_t rows = x.size(0), seq = rows / batch, width = in_proj_width();
+  const std::int64_t conv = conv_width(), window = config_.mamba_conv_kernel - 1;
+  Tensor zxbcdt = be.empty({seq, batch, width}, dt);
+  Tensor zxbcdt_rows = zxbcdt.view({rows, width});
+  in_proj.forward(be, x, zxbcdt_rows, ctx.compute);
+
+  // The conv over the window of earlier inputs followed by the new ones; its last `seq` outputs
+  // are the new tokens' (the window's own outputs are dropped), and the window moves on.
+  Tensor inputs = be.empty({batch, window + seq, conv}, dt);
+  Tensor earlier = inputs.slice(1, 0, window), fresh = inputs.slice(1, window, seq);
+  be.copy(state.conv_window, earlier);
+  be.copy(zxbcdt.slice(2, d_inner_, conv).permute({1, 0, 2}), fresh);
+  Tensor conv_all = be.empty({batch, window + seq, conv}, dt);
+  be.causal_conv1d_silu_forward(inputs, conv_weight->value.view({conv, config_.mamba_conv_kernel}),
+                                conv_bias->value, conv_all);
+  be.copy(inputs.slice(1, seq, window), state.conv_window);
+
+  const Tensor conv_new = conv_all.slice(1, window, seq);  // (B, S, conv)
+  const std::int64_t bc = groups_ * state_;
+  Backend::SsdScan scan;
+  scan.x = conv_new.slice(2, 0, d_inner_).unflatten(2, heads_, head_dim_);
+  scan.B = conv_new.slice(2, d_inner_, bc).unflatten(2, groups_, state_);
+  scan.C = conv_new.slice(2, d_inner_ + bc, bc).unflatten(2, groups_, state_);
+  scan.dt = zxbcdt.slice(2, d_inner_ + conv, heads_).permute({1, 0, 2});
+  scan.A_log = A_log->value;
+  scan.D = D->value;
+  scan.dt_bias = dt_bias->value;
+  Tensor y = be.empty({seq, batch, heads_, head_dim_}, dt);
+  Tensor y_bs = y.permute({1, 0, 2, 3});
+  be.ssd_scan_recurrent(scan, state.ssm, y_bs);
+
+  Tensor normed = be.empty({rows, d_inner_}, dt);
+  Tensor rstd = be.empty({rows, groups_}, dt);
+  be.gated_rmsnorm_forward(y.view({rows, d_inner_}), zxbcdt_rows.slice(1, 0, d_inner_),
+                           norm_weight->value, d_inner_ / groups_, kNormEps, normed, rstd);
+  out_proj.forward(be, normed, out, ctx.compute);
+}
+
 Backend::SsdScan MambaMixer::scan_operands(const Saved& saved) const {
   const Tensor conv = saved.conv.permute({1, 0, 2});  // (B, S, conv width)
   const std::int64_t bc = groups_ * state_;

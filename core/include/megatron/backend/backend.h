@@ -263,6 +263,10 @@ class Backend {
     std::int64_t chunk_size = 128;
   };
   virtual void ssd_scan_forward(const SsdScan& scan, Tensor& y, Tensor& chunk_states) = 0;
+  // The same recurrence token by token from a given state, for incremental decoding: `scan` as
+  // above (chunk_size unused), `state` (Bt, H, P, N) contiguous, of x's dtype, the state before
+  // the first token, overwritten by the state after the last; y as x. Accumulates in f32 (f64).
+  virtual void ssd_scan_recurrent(const SsdScan& scan, Tensor& state, Tensor& y) = 0;
   // Gradients of sum(dy * y): dx, ddt (of the raw dt), dB, dC shaped as their inputs (any
   // strides, last dimension contiguous) are overwritten; dA_log, dD, ddt_bias (H) (+)= per
   // `accumulate_params`. Deterministic for any thread count.

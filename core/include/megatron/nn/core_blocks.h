@@ -84,6 +84,12 @@ class MambaBlock : public Mixer {
   void backward(const LayerContext& ctx, const Tensor& x, const Tensor& dy,
                 const LayerInputs& inputs, std::uint64_t first_site, Saved& saved,
                 Tensor& dx) const override;
+  // Decodes with its conv window and SSM state (MambaMixer::DecodeState).
+  Decoding decoding() const override { return Decoding::cached; }
+  std::unique_ptr<Cache> start_cache(Backend& backend, std::int64_t batch, std::int64_t max_tokens,
+                                     DType dtype) const override;
+  void forward_cached(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+                      Cache& cache, std::int64_t past, Tensor& y) const override;
   MambaMixer mixer;
 };
 

@@ -35,6 +35,18 @@ class MambaMixer {
   // dout as out; dx (rows, h) overwritten; parameter gradients accumulated; releases `saved`.
   void backward(const LayerContext& ctx, const Tensor& dout, Saved& saved, Tensor& dx) const;
 
+  // Incremental decoding: what the next tokens need of the earlier ones, as mamba_ssm's
+  // inference keeps it: the last conv_kernel - 1 inputs of the conv (B, K - 1, conv width) and
+  // the SSM state (B, heads, head_dim, state), both zero before the first token.
+  struct DecodeState {
+    Tensor conv_window, ssm;
+  };
+  DecodeState start_decoding(Backend& be, std::int64_t batch, DType dtype) const;
+  // x (S_new * B rows, h), row s * B + b, the tokens after those `state` has seen -> out (same);
+  // advances the state.
+  void forward_decoding(const LayerContext& ctx, const Tensor& x, std::int64_t batch,
+                        DecodeState& state, Tensor& out) const;
+
   Linear in_proj, out_proj;
   Parameter *conv_weight = nullptr, *conv_bias = nullptr;
   Parameter *A_log = nullptr, *D = nullptr, *dt_bias = nullptr, *norm_weight = nullptr;

@@ -97,6 +97,7 @@ class CpuBackend final : public Backend {
                                    const Tensor& bias, Tensor& dx, Tensor& dweight, Tensor& dbias,
                                    bool accumulate_params) override;
   void ssd_scan_forward(const SsdScan& scan, Tensor& y, Tensor& chunk_states) override;
+  void ssd_scan_recurrent(const SsdScan& scan, Tensor& state, Tensor& y) override;
   void ssd_scan_backward(const Tensor& dy, const SsdScan& scan, const Tensor& chunk_states,
                          SsdScanGrads& grads, bool accumulate_params) override;
   void gated_rmsnorm_forward(const Tensor& x, const Tensor& z, const Tensor& weight,

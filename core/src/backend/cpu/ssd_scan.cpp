@@ -321,6 +321,46 @@ void CpuBackend::ssd_scan_forward(const SsdScan& scan, Tensor& y, Tensor& chunk_
   dispatch_float(op, scan.x.dtype(), [&]<typename T>() { scan_forward<T>(scan, y, chunk_states); });
 }
 
+void CpuBackend::ssd_scan_recurrent(const SsdScan& scan, Tensor& state, Tensor& y) {
+  constexpr const char* op = "ssd_scan_recurrent";
+  ops::check_ssd_scan_operands(op, scan, device());
+  ops::check_ssd_state(op, scan, state, device());
+  ops::check_float_view(op, "y", y, scan.x, "x", device());
+  ops::check_same_shape(op, "y", y, "x", scan.x);
+  dispatch_float(op, scan.x.dtype(), [&]<typename T>() {
+    const Dims d = dims_of(scan);
+    const TokenView<const T> x(scan.x), dt(scan.dt), B(scan.B), C(scan.C);
+    const TokenView<T> out(y);
+    const T* A_log = scan.A_log.data<T>();
+    const T* D = scan.D.data<T>();
+    const T* bias = scan.dt_bias.data<T>();
+    T* states = state.data<T>();
+    const std::int64_t P = d.head_dim, N = d.state;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (std::int64_t b = 0; b < d.batch; ++b) {
+      for (std::int64_t h = 0; h < d.heads; ++h) {
+        T* st = states + ((b * d.heads + h) * P) * N;
+        const std::int64_t g = d.group_of(h);
+        const T A = -std::exp(A_log[h]);
+        for (std::int64_t t = 0; t < d.seq; ++t) {
+          const T step = softplus(*dt.at(b, t, h) + bias[h]);
+          const T decay = std::exp(step * A);
+          const T* xt = x.at(b, t, h);
+          const T* Bt = B.at(b, t, g);
+          const T* Ct = C.at(b, t, g);
+          T* yt = out.at(b, t, h);
+          for (std::int64_t p = 0; p < P; ++p) {  // state_t = decay state + dt x_t B_t^T
+            T* row = st + p * N;
+            for (std::int64_t n = 0; n < N; ++n)
+              row[n] = decay * row[n] + step * xt[p] * Bt[n];
+            yt[p] = dot(row, Ct, N) + D[h] * xt[p];
+          }
+        }
+      }
+    }
+  });
+}
+
 void CpuBackend::ssd_scan_backward(const Tensor& dy, const SsdScan& scan,
                                    const Tensor& chunk_states, SsdScanGrads& grads,
                                    bool accumulate_params) {

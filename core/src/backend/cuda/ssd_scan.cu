@@ -377,6 +377,31 @@ Placement<T> place_work(const char* op, Kernel* kernel, std::int64_t per_block, 
   return placement;
 }
 
+// Incremental decoding: the recurrence from a given state, one thread per state row (b, h, p)
+// walking the new tokens in order; its N entries stay in the thread's own slice of `state`.
+template <typename T>
+__global__ void ssd_recurrent_kernel(ScanInputs<T> s, View4<T> y, T* state) {
+  const std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (row >= s.batch * s.heads * s.head_dim) return;
+  const std::int64_t p = row % s.head_dim, bh = row / s.head_dim;
+  const std::int64_t h = bh % s.heads, b = bh / s.heads, g = s.group_of(h);
+  T* st = state + row * s.state;
+  const T A = -math::exp_fast(s.A_log[h]);
+  for (std::int64_t t = 0; t < s.seq; ++t) {
+    const T step = softplus(s.dt.at(b, t, h) + s.dt_bias[h]);
+    const T decay = math::exp_fast(step * A);
+    const T xv = s.x.row(b, t, h)[p];
+    const T* Bt = s.B.row(b, t, g);
+    const T* Ct = s.C.row(b, t, g);
+    T acc = 0;
+    for (std::int64_t n = 0; n < s.state; ++n) {
+      st[n] = decay * st[n] + step * xv * Bt[n];
+      acc += st[n] * Ct[n];
+    }
+    y.row(b, t, h)[p] = acc + s.D[h] * xv;
+  }
+}
+
 unsigned blocks_for(const char* op, std::int64_t n) {
   if (n > 0x7fffffff) ops::fail(op, "too many blocks for one launch: " + std::to_string(n));
   return static_cast<unsigned>(n);
@@ -401,6 +426,27 @@ void CudaBackend::ssd_scan_forward(const SsdScan& scan, Tensor& y, Tensor& chunk
                                       s.batch * s.heads * tiles, here, ordinal_);
     ssd_forward_kernel<T><<<grid, kScanThreads, work.shared, stream_>>>(
         s, view4<T>(y), static_cast<T*>(chunk_states.raw_data()), work.global);
+    check_launch(op);
+  });
+}
+
+void CudaBackend::ssd_scan_recurrent(const SsdScan& scan, Tensor& state, Tensor& y) {
+  constexpr const char* op = "ssd_scan_recurrent";
+  const Device here = device();
+  ops::check_ssd_scan_operands(op, scan, here);
+  ops::check_ssd_state(op, scan, state, here);
+  ops::check_float_view(op, "y", y, scan.x, "x", here);
+  ops::check_same_shape(op, "y", y, "x", scan.x);
+  const std::int64_t rows = scan.x.size(0) * scan.x.size(2) * scan.x.size(3);
+  if (rows == 0) return;
+  DeviceGuard guard(ordinal_);
+  dispatch_float(op, scan.x.dtype(), [&]<typename T>() {
+    Backend::SsdScan operands = scan;
+    operands.chunk_size = 1;  // unused by the recurrence
+    constexpr int threads = 128;
+    ssd_recurrent_kernel<T>
+        <<<blocks_for(op, (rows + threads - 1) / threads), threads, 0, stream_>>>(
+            scan_inputs<T>(operands), view4<T>(y), static_cast<T*>(state.raw_data()));
     check_launch(op);
   });
 }
