@@ -150,15 +150,19 @@ po::options_description describe_options(CommonOptions& common, GenerateOptions&
   return d;
 }
 
+// Each prompt's ids, generated ids, text and stop reason, with the tokenizer's end-of-document
+// id and vocabulary size (what a reference decode needs besides the checkpoint).
 void write_json(const std::string& path, const std::vector<std::string>& prompts,
-                const std::vector<Generated>& results) {
+                const std::vector<Generated>& results, const Tokenizer& tokenizer) {
   nlohmann::json out = nlohmann::json::array();
   for (std::size_t i = 0; i < results.size(); ++i) {
     out.push_back({{"prompt", prompts[i]},
                    {"prompt_tokens", results[i].prompt},
                    {"tokens", results[i].tokens},
                    {"text", results[i].text},
-                   {"stopped_by", results[i].stopped_by}});
+                   {"stopped_by", results[i].stopped_by},
+                   {"eod", tokenizer.eod()},
+                   {"vocab_size", tokenizer.vocab_size()}});
   }
   std::ofstream file(path);
   file << out.dump(2) << "\n";
@@ -192,7 +196,7 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
   const std::vector<Generated> results = generate_all(loaded.decoder(), tokenizer, prompts, o);
   for (std::size_t i = 0; i < prompts.size(); ++i)
     std::cout << prompts[i] << results[i].text << "\n";
-  if (!o.output_json.empty()) write_json(o.output_json, prompts, results);
+  if (!o.output_json.empty()) write_json(o.output_json, prompts, results, tokenizer);
   return 0;
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `megatron-app generate` against an independent PyTorch greedy decode (generate_reference.py:
-# every token the argmax after its prefix, the end of document where it stopped) on two
-# checkpoints: the tasks' GPT (learned positions, tied output layer) and a GPT with rope, grouped
-# queries, SwiGLU and RMSNorm trained here for 10 iterations; the KV cache's tokens those of
+# every token the argmax after its prefix, the end of document where it stopped) on three
+# checkpoints: the tasks' GPT (learned positions, tied output layer), a GPT with rope, grouped
+# queries, SwiGLU and RMSNorm, and a hybrid Mamba model, the last two trained here for 10
+# iterations; the KV cache's tokens those of
 # --recompute; sampling reproducible from its seed
 # and different for another seed; greedy whatever the temperature; refusals with exit 2 naming
 # the reason (a BERT, a prompt as long as the sequence, top-k with top-p, no prompt).
@@ -62,6 +63,24 @@ generate "$configs/gpt_tiny.toml" "$work/modern_recomputed.json" "${modern[@]}" 
   --load "$work/modern" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --recompute
 cmp "$work/modern.json" "$work/modern_recomputed.json" || fail "KV cache and recompute differ (rope)"
 
+# A hybrid Mamba model (Mamba, attention and MLP layers) trained here for 10 iterations: greedy
+# equals mamba_reference.py's model decoded whole each step, and its decoding state (conv
+# window, SSM state, KV cache) gives the tokens of recomputing; several prompts decode together.
+hybrid=(--set "data.data_cache_path=$work/cache_spm")
+"$app" --config "$configs/hybrid_tiny.toml" "${hybrid[@]}" --log-level warn \
+  --set training.train_iters=10 --set training.lr_warmup_iters=2 --set training.eval_iters=0 \
+  --set "checkpoint.save=$work/hybrid" --set checkpoint.save_interval=10 > /dev/null
+generate "$configs/hybrid_tiny.toml" "$work/hybrid.json" "${hybrid[@]}" --load "$work/hybrid" \
+  "${prompts[@]}" --top-k 1 --tokens-to-generate 16
+/usr/bin/python3 "$here/../reference/generate_reference.py" --model mamba \
+  --checkpoint "$work/hybrid/iter_0000010.h5" --compare "$work/hybrid.json"
+generate "$configs/hybrid_tiny.toml" "$work/hybrid_recomputed.json" "${hybrid[@]}" \
+  --load "$work/hybrid" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --recompute
+cmp "$work/hybrid.json" "$work/hybrid_recomputed.json" || fail "decoding state and recompute differ (hybrid)"
+generate "$configs/hybrid_tiny.toml" "$work/hybrid_one.json" "${hybrid[@]}" \
+  --load "$work/hybrid" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --max-batch 1
+cmp "$work/hybrid.json" "$work/hybrid_one.json" || fail "prompts decoded together differ from one at a time"
+
 # Sampling: the same seed gives the same text, another seed another; top-k 1 is greedy at any
 # temperature.
 sample=("${tasks[@]}" --prompt "Elizabeth" --tokens-to-generate 12)
@@ -82,4 +101,4 @@ refused "prompt 1 has 201 tokens; the model reads at most 128" --config "$config
 refused "cannot set both top-k and top-p samplings." --config "$configs/gpt_tiny.toml" \
   "${tasks[@]}" --prompt "x" --top-k 5 --top-p 0.5
 refused "give a --prompt or a --prompts-file" --config "$configs/gpt_tiny.toml" "${tasks[@]}"
-echo "generate: greedy equals the reference on both checkpoints; sampling and refusals OK"
+echo "generate: greedy equals the reference on the three checkpoints; sampling and refusals OK"

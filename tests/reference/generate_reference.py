@@ -4,6 +4,12 @@
 
 usage: generate_reference.py --checkpoint FILE.h5 --vocab-file encoder.json
            --merge-file vocab.bpe --compare GENERATED.json
+       generate_reference.py --model mamba --checkpoint FILE.h5 --compare GENERATED.json
+
+A Mamba or hybrid checkpoint (--model mamba) runs mamba_reference.py's MambaModel forward, with
+its configuration read from the checkpoint's stored config; its SentencePiece prompt ids are
+taken from GENERATED.json with its end-of-document id and vocabulary size (the tokenizer
+is checked against spm_encode in tests/tokenizer).
 
 For each prompt of GENERATED.json: the prompt's GPT-2 BPE ids (tests/data/gpt2_reference_encoder.py,
 a port of OpenAI's encoder.py) must equal megatron-app's; then each step of Megatron's legacy
@@ -28,17 +34,42 @@ sys.path.insert(0, os.path.join(HERE, "..", "data"))
 from checkpoint_attrs import config_text  # noqa: E402
 from gpt_reference import Config, forward, load_tensors  # noqa: E402
 from gpt2_reference_encoder import Encoder  # noqa: E402
+import mamba_reference  # noqa: E402
 
 torch.set_num_threads(1)
 EOD = 50256  # GPT-2's <|endoftext|>, Megatron's eod for GPT2BPETokenizer
 TIE = 1e-4   # float32 logits against float64 ones: a near tie may go either way
 
 
-def check_steps(W, cfg, start, generated, eod_at_end, vocab):
+class MambaConfig:
+    """mamba_reference.py's configuration attributes from a checkpoint's [model] table."""
+
+    def __init__(self, config_toml):
+        import tomllib
+        m = tomllib.loads(config_toml)["model"]
+        self.pattern = m["hybrid_layer_pattern"]
+        self.layers = len(self.pattern)
+        self.h = m["hidden_size"]
+        self.eps = m.get("layernorm_epsilon", 1e-5)
+        self.d_inner = 2 * self.h                     # Megatron's mamba expand of 2
+        self.headdim = m["mamba_head_dim"]
+        self.nheads = self.d_inner // self.headdim
+        self.d_state = m["mamba_state_dim"]
+        self.ngroups = m["mamba_num_groups"]
+        self.d_conv = 4
+        self.norm_eps = 1e-5
+        self.conv_dim = self.d_inner + 2 * self.ngroups * self.d_state
+        self.np = m.get("num_attention_heads", 1)
+        self.ng = m.get("num_query_groups") or self.np
+        self.hn = m.get("kv_channels") or self.h // self.np
+        self.ffn = m.get("ffn_hidden_size") or 4 * self.h
+
+
+def check_steps(W, cfg, start, generated, eod_at_end, vocab, forward=forward, eod=EOD):
     """Each generated id (and the final end of document) is the argmax of the logits after the
     prefix megatron-app had: exact, or within TIE of the maximum (float64 here, float32 there).
     Returns (exact steps, near-tie steps, first failing step or None)."""
-    targets = generated + ([EOD] if eod_at_end else [])
+    targets = generated + ([eod] if eod_at_end else [])
     exact = ties = 0
     for i, token in enumerate(targets):
         logits = forward(W, torch.tensor([start + generated[:i]]), cfg)[0, -1, :vocab]
@@ -54,11 +85,14 @@ def check_steps(W, cfg, start, generated, eod_at_end, vocab):
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["gpt", "mamba"], default="gpt")
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--vocab-file", required=True)
-    parser.add_argument("--merge-file", required=True)
+    parser.add_argument("--vocab-file")
+    parser.add_argument("--merge-file")
     parser.add_argument("--compare", required=True)
     args = parser.parse_args()
+    if args.model == "mamba":
+        return check_mamba(args)
     with h5py.File(args.checkpoint, "r") as f:
         cfg = Config(config_text(f))
         W = {k: v.double() for k, v in load_tensors(f, "model").items()}
@@ -80,6 +114,26 @@ def main():
             continue
         print(f"ok   {prompt!r}: {len(tokens)} tokens ({item['stopped_by']}), {exact} exact "
               f"argmax, {ties} within {TIE} of it")
+    sys.exit(0 if ok else 1)
+
+
+def check_mamba(args):
+    with h5py.File(args.checkpoint, "r") as f:
+        cfg = MambaConfig(config_text(f))
+        W = {k: v.double() for k, v in load_tensors(f, "model").items()}
+    ok = True
+    for item in json.load(open(args.compare)):
+        prompt, tokens = item["prompt"], item["tokens"]
+        eod, vocab = item["eod"], item["vocab_size"]
+        start = item["prompt_tokens"] or [eod]
+        exact, ties, bad = check_steps(W, cfg, start, tokens, item["stopped_by"] == "eod",
+                                       vocab, mamba_reference.forward, eod)
+        if bad is not None:
+            print(f"FAIL {prompt!r}: step {bad} is not the argmax")
+            ok = False
+            continue
+        print(f"ok   {prompt!r} ({cfg.pattern}): {len(tokens)} tokens ({item['stopped_by']}), "
+              f"{exact} exact argmax, {ties} within {TIE} of it")
     sys.exit(0 if ok else 1)
 
 
