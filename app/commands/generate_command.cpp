@@ -2,6 +2,7 @@
 // language model (GPT, Mamba/hybrid, MoE GPT), greedy or with Megatron's sampling. One rank;
 // decoded with the KV cache where every block can (LayerStackModel::can_decode), else each new
 // token recomputes the whole sequence.
+#include <chrono>
 #include <fstream>
 #include <iostream>
 
@@ -75,7 +76,7 @@ class Collector : public inference::GenerationSink {
 // its own random stream from --seed.
 std::vector<Generated> generate_all(inference::Decoder& decoder, const Tokenizer& tokenizer,
                                     const std::vector<std::string>& prompts,
-                                    const GenerateOptions& o) {
+                                    const GenerateOptions& o, Logger& log) {
   const auto vocab = static_cast<std::int64_t>(tokenizer.vocab_size());
   inference::Engine engine(decoder, tokenizer, vocab, o.max_batch);
   std::vector<Generated> results(prompts.size());
@@ -98,10 +99,18 @@ std::vector<Generated> generate_all(inference::Decoder& decoder, const Tokenizer
     request.stop_on_double_eol = o.stop_on_double_eol;
     engine.submit(std::move(request), std::make_shared<Collector>(out));
   }
+  const auto start = std::chrono::steady_clock::now();
   while (engine.pending() > 0)
     engine.step();
-  for (Generated& out : results)
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::size_t generated = 0;
+  for (Generated& out : results) {
     out.text = tokenizer.decode(out.tokens);
+    generated += out.tokens.size();
+  }
+  log.info("generated {} tokens for {} prompts in {:.3f} s ({:.1f} tokens/s, prefill included)",
+           generated, prompts.size(), seconds, static_cast<double>(generated) / seconds);
   return results;
 }
 
@@ -193,7 +202,7 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
   const Tokenizer& tokenizer = loaded.tokenizer();
   const std::string error = inference::sampling_error(o.sampling, loaded.vocab_size());
   if (!error.empty()) throw UsageError("megatron-app generate: " + error);
-  const std::vector<Generated> results = generate_all(loaded.decoder(), tokenizer, prompts, o);
+  const std::vector<Generated> results = generate_all(loaded.decoder(), tokenizer, prompts, o, loaded.log());
   for (std::size_t i = 0; i < prompts.size(); ++i)
     std::cout << prompts[i] << results[i].text << "\n";
   if (!o.output_json.empty()) write_json(o.output_json, prompts, results, tokenizer);
