@@ -34,6 +34,7 @@ struct GenerateOptions {
   std::string output_json;
   bool recompute = false;  // no KV cache (also when the model cannot decode incrementally)
   std::int64_t max_batch = 8;
+  std::int64_t top_logprobs = 0;
 };
 
 // The prompts of --prompt (in order) and --prompts-file (one a line).
@@ -56,13 +57,20 @@ struct Generated {
   std::vector<TokenId> prompt, tokens;
   std::string text;        // the continuation
   std::string stopped_by;  // "length", "eod", "eol", "double eol", "seq_length"
+  // --top-logprobs N: each generated token's log-probability and the N most likely (id, lp).
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<TokenId, float>>> top_logprobs;
 };
 
 // Collects one prompt's tokens as the engine reports them.
 class Collector : public inference::GenerationSink {
  public:
   explicit Collector(Generated& out) : out_(out) {}
-  void token(const Token& token) override { out_.tokens.push_back(token.id); }
+  void token(const Token& token) override {
+    out_.tokens.push_back(token.id);
+    out_.logprobs.push_back(token.logprob);
+    out_.top_logprobs.push_back(token.top);
+  }
   void finished(inference::StopReason reason, const std::string& error) override {
     if (!error.empty()) throw Error("megatron-app generate: " + error);
     out_.stopped_by = inference::stop_reason_name(reason);
@@ -97,6 +105,7 @@ std::vector<Generated> generate_all(inference::Decoder& decoder, const Tokenizer
     request.seed = o.seed;
     request.stop_on_eol = o.stop_on_eol;
     request.stop_on_double_eol = o.stop_on_double_eol;
+    request.top_logprobs = o.top_logprobs;
     engine.submit(std::move(request), std::make_shared<Collector>(out));
   }
   const auto start = std::chrono::steady_clock::now();
@@ -155,7 +164,9 @@ po::options_description describe_options(CommonOptions& common, GenerateOptions&
       ("recompute", po::bool_switch(&o.recompute),
        "recompute the whole sequence for each token instead of decoding with the KV cache")  //
       ("max-batch", po::value(&o.max_batch)->default_value(8)->value_name("N"),
-       "decode up to N prompts together (each prompt's tokens are the same alone)");
+       "decode up to N prompts together (each prompt's tokens are the same alone)")  //
+      ("top-logprobs", po::value(&o.top_logprobs)->default_value(0)->value_name("N"),
+       "--output-json also gets each generated token's log-probability and the N most likely");
   return d;
 }
 
@@ -165,13 +176,18 @@ void write_json(const std::string& path, const std::vector<std::string>& prompts
                 const std::vector<Generated>& results, const Tokenizer& tokenizer) {
   nlohmann::json out = nlohmann::json::array();
   for (std::size_t i = 0; i < results.size(); ++i) {
-    out.push_back({{"prompt", prompts[i]},
-                   {"prompt_tokens", results[i].prompt},
-                   {"tokens", results[i].tokens},
-                   {"text", results[i].text},
-                   {"stopped_by", results[i].stopped_by},
-                   {"eod", tokenizer.eod()},
-                   {"vocab_size", tokenizer.vocab_size()}});
+    out.push_back(
+        {{"prompt", prompts[i]},
+         {"prompt_tokens", results[i].prompt},
+         {"tokens", results[i].tokens},
+         {"text", results[i].text},
+         {"stopped_by", results[i].stopped_by},
+         {"eod", tokenizer.eod()},
+         {"logprobs", results[i].top_logprobs.empty() || results[i].top_logprobs[0].empty()
+                          ? nlohmann::json(nullptr)
+                          : nlohmann::json(results[i].logprobs)},
+         {"top_logprobs", results[i].top_logprobs},
+         {"vocab_size", tokenizer.vocab_size()}});
   }
   std::ofstream file(path);
   file << out.dump(2) << "\n";
@@ -194,6 +210,10 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
     throw UsageError("megatron-app generate: --max-batch: expected 1 or more, found " +
                      std::to_string(o.max_batch));
   }
+  if (o.top_logprobs < 0 || o.top_logprobs > 20) {
+    throw UsageError("megatron-app generate: --top-logprobs: expected 0 to 20, found " +
+                     std::to_string(o.top_logprobs));
+  }
   if (o.tokens_to_generate < 1) {
     throw UsageError("megatron-app generate: --tokens-to-generate: expected 1 or more, found " +
                      std::to_string(o.tokens_to_generate));
@@ -202,7 +222,8 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
   const Tokenizer& tokenizer = loaded.tokenizer();
   const std::string error = inference::sampling_error(o.sampling, loaded.vocab_size());
   if (!error.empty()) throw UsageError("megatron-app generate: " + error);
-  const std::vector<Generated> results = generate_all(loaded.decoder(), tokenizer, prompts, o, loaded.log());
+  const std::vector<Generated> results =
+      generate_all(loaded.decoder(), tokenizer, prompts, o, loaded.log());
   for (std::size_t i = 0; i < prompts.size(); ++i)
     std::cout << prompts[i] << results[i].text << "\n";
   if (!o.output_json.empty()) write_json(o.output_json, prompts, results, tokenizer);
