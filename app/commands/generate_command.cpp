@@ -1,7 +1,8 @@
 // `megatron-app generate --config FILE --prompt TEXT ...`: text from a trained decoder-only
-// language model (GPT, Mamba/hybrid, MoE GPT), greedy or with Megatron's sampling. One rank;
-// decoded with the KV cache where every block can (LayerStackModel::can_decode), else each new
-// token recomputes the whole sequence.
+// language model (GPT, Mamba/hybrid, MoE GPT), greedy or with Megatron's sampling, on one rank
+// or with tensor parallelism under mpirun (rank 0 leads); decoded with the KV cache and Mamba
+// state where every block can (LayerStackModel::can_decode), else each new token recomputes the
+// whole sequence.
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -131,9 +132,10 @@ po::options_description describe_options(CommonOptions& common, GenerateOptions&
       "each prompt followed by its continuation. Greedy with --top-k 1; otherwise Megatron's\n"
       "sampling (temperature, then top-k or top-p), never producing a padded-vocabulary id, from\n"
       "--seed. Stops at the end-of-document token, after --tokens-to-generate tokens, or when the\n"
-      "sequence reaches [data] seq_length. One rank; decoded with a KV cache (a model with a "
-      "block\n"
-      "that keeps none, e.g. Mamba, recomputes the whole sequence for each token).\n\n"
+      "sequence reaches [data] seq_length. One rank, or mpirun -n TP with [parallel]\n"
+      "tensor_model_parallel_size = TP (rank 0 prints). Attention decodes with a KV cache and\n"
+      "Mamba layers with their conv and SSM state (a block that keeps neither, e.g. Retro's,\n"
+      "recomputes the whole sequence for each token).\n\n"
       "Options");
   add_common_options(d, common, true);
   d.add_options()  //
@@ -219,6 +221,10 @@ int run_generate(MpiRuntime& runtime, const std::vector<std::string>& args) {
                      std::to_string(o.tokens_to_generate));
   }
   GenerationModel loaded(runtime, common, "generate", o.load, o.recompute);
+  if (!loaded.leader()) {
+    loaded.follow();
+    return 0;
+  }
   const Tokenizer& tokenizer = loaded.tokenizer();
   const std::string error = inference::sampling_error(o.sampling, loaded.vocab_size());
   if (!error.empty()) throw UsageError("megatron-app generate: " + error);

@@ -1,7 +1,10 @@
 // Loading a decoder-only language model and its tokenizer for generation.
 #include "commands/generation_model.h"
 
+#include <fmt/format.h>
+
 #include "megatron/error.h"
+#include "megatron/inference/followed_decoder.h"
 #include "megatron/nn/language_model.h"
 #include "megatron/train/model_setup.h"
 #include "megatron/train/pretrained.h"
@@ -28,11 +31,14 @@ GenerationModel::GenerationModel(MpiRuntime& runtime, const CommonOptions& commo
                                  bool recompute)
     : session_(open_session(runtime, common, {})) {
   const config::CoreConfig& core = session_.config.core();
-  if (runtime.world_size() > 1 || core.parallel.tensor_model_parallel_size > 1 ||
-      core.parallel.pipeline_model_parallel_size > 1) {
-    throw UsageError("megatron-app " + command +
-                     ": runs on one rank for now (no mpirun, [parallel] sizes 1); the "
-                     "checkpoint may come from any layout");
+  const std::int64_t tp = core.parallel.tensor_model_parallel_size;
+  if (runtime.world_size() != tp || core.parallel.pipeline_model_parallel_size > 1 ||
+      core.parallel.sequence_parallel) {
+    throw UsageError(fmt::format(
+        "megatron-app {}: runs on one rank or with tensor parallelism only (mpirun -n {} for "
+        "[parallel] tensor_model_parallel_size = {}; no pipeline or sequence parallelism); the "
+        "checkpoint may come from any layout",
+        command, tp, tp));
   }
   parallel_.emplace(ParallelState::create(runtime, parallel_sizes(core.parallel)));
   dataset_ =
@@ -61,8 +67,21 @@ GenerationModel::GenerationModel(MpiRuntime& runtime, const CommonOptions& commo
   decoder_ = recompute ? inference::recomputing_decoder(*lm, fields, dataset_->seq_length(),
                                                         tokenizer().eod())
                        : inference::kv_cache_decoder(*lm, dataset_->seq_length());
+  if (tp > 1) {
+    group_ = &parallel_->comm(Group::tensor);
+    if (leader()) decoder_ = inference::leading_decoder(std::move(decoder_), *group_);
+  }
   session_.log->info("generating from {} (iteration {}){}", report.file.string(), report.iteration,
                      recompute ? ", recomputing the sequence for each token" : "");
+}
+
+bool GenerationModel::leader() const {
+  return group_ == nullptr || group_->rank() == 0;
+}
+
+void GenerationModel::follow() {
+  if (leader()) throw Error("GenerationModel::follow: rank 0 leads");
+  inference::follow_decoder(*decoder_, *group_);
 }
 
 // The plugin objects go before the session that holds their libraries.

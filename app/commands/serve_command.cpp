@@ -1,6 +1,7 @@
 // `megatron-app serve --config FILE [--load CKPT] [--host H --port P]`: a decoder-only language
 // model's checkpoint behind Megatron's REST API and OpenAI-compatible endpoints, decoding the
-// requests that arrive together (continuous batching). SIGTERM or SIGINT stops it cleanly.
+// requests that arrive together (continuous batching). Under mpirun with tensor parallelism rank 0
+// serves and the other ranks follow its decoding. SIGTERM or SIGINT stops it cleanly.
 #include <signal.h>
 
 #include <atomic>
@@ -38,7 +39,8 @@ po::options_description describe_options(CommonOptions& common, ServeOptions& o)
       "(its [data] plugin gives the tokenizer and the sequence length): Megatron's PUT /api and\n"
       "/completions, OpenAI's POST /v1/completions and /v1/chat/completions (\"stream\": true for\n"
       "server-sent events), GET /v1/models, /health, and a page at /. Requests that arrive while\n"
-      "others decode join them between steps; each gets the tokens it would get alone. One rank.\n"
+      "others decode join them between steps; each gets the tokens it would get alone. One rank,\n"
+      "or mpirun -n TP with [parallel] tensor_model_parallel_size = TP (rank 0 serves).\n"
       "SIGTERM or SIGINT stops the server.\n\n"
       "Options");
   add_common_options(d, common, true);
@@ -121,6 +123,10 @@ int run_serve(MpiRuntime& runtime, const std::vector<std::string>& args) {
   }
   SignalWatcher signals;
   GenerationModel loaded(runtime, common, "serve", o.load, o.recompute);
+  if (!loaded.leader()) {  // rank 0 serves; this rank makes its decoder calls with it
+    loaded.follow();
+    return 0;
+  }
   if (o.model_name.empty())
     o.model_name = std::filesystem::path(common.config_file).stem().string();
   inference::Engine engine(loaded.decoder(), loaded.tokenizer(), loaded.vocab_size(), o.max_batch);

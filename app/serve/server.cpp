@@ -174,7 +174,7 @@ Server::Server(inference::Engine& engine, ModelLimits limits, std::string model_
 
 Server::~Server() {
   stop();
-  if (engine_thread_.joinable()) engine_thread_.join();
+  if (http_thread_.joinable()) http_thread_.join();
 }
 
 int Server::bind(const std::string& host, int port) {
@@ -188,10 +188,15 @@ int Server::bind(const std::string& host, int port) {
 }
 
 void Server::serve() {
-  engine_thread_ = std::thread([this] { engine_.run(); });
-  http_->listen_after_bind();
-  engine_.stop();
-  engine_thread_.join();
+  // The engine on this (the main) thread: under mpirun its decoder's broadcasts are MPI calls,
+  // which the main thread makes. HTTP on its own thread; when it stops, so does the engine.
+  http_thread_ = std::thread([this] {
+    http_->listen_after_bind();
+    engine_.stop();
+  });
+  engine_.run();
+  http_->stop();
+  http_thread_.join();
 }
 
 void Server::stop() {

@@ -2,7 +2,7 @@
 // server with chunked responses for server-sent events, which is all this needs; Boost.Beast
 // would mean writing the HTTP plumbing ourselves). Megatron's PUT /api and /completions, the
 // OpenAI-compatible /v1/completions and /v1/chat/completions (with `stream`), /v1/models,
-// /health and a page at /, over the generation engine, which runs on its own thread.
+// /health and a page at /, over the generation engine (on the main thread; HTTP on its own).
 #pragma once
 
 #include <atomic>
@@ -32,7 +32,7 @@ class Server {
 
   // Binds (port 0: any free port); returns the port, or throws Error naming host and port.
   int bind(const std::string& host, int port);
-  // Serves until stop(), then stops the engine and waits for its thread.
+  // Runs the engine here and HTTP on a thread until stop().
   void serve();
   // Any thread (a signal watcher): stops serving; streams in flight end.
   void stop();
@@ -49,7 +49,7 @@ class Server {
   std::string model_id_;
   Logger& log_;
   std::unique_ptr<httplib::Server> http_;
-  std::thread engine_thread_;
+  std::thread http_thread_;
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<bool> stopping_{false};
 };

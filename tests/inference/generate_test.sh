@@ -9,9 +9,11 @@
 # the reason (a BERT, a prompt as long as the sequence, top-k with top-p, no prompt). On the
 # three trained here, the five most likely tokens' log-probabilities at each step equal the
 # reference's too (--top-logprobs 5).
-#   generate_test.sh MEGATRON_APP WORK_DIR TASKS_GPT_CHECKPOINT_DIR
+# With tensor parallelism (mpirun -np 2, rank 0 leading, rank 1 following) the rope GPT and the
+# hybrid give one rank's tokens.
+#   generate_test.sh MEGATRON_APP WORK_DIR TASKS_GPT_CHECKPOINT_DIR MPIEXEC
 set -euo pipefail
-app=$1 work=$2 tasks_dir=$3
+app=$1 work=$2 tasks_dir=$3 mpiexec=$4
 tasks_ckpt=$(printf '%s/iter_%07d.h5' "$tasks_dir" "$(cat "$tasks_dir/latest_checkpointed_iteration.txt")")
 here=$(cd "$(dirname "$0")" && pwd)
 data=$here/../../data
@@ -99,6 +101,25 @@ same_tokens "$work/hybrid.json" "$work/hybrid_recomputed.json" || fail "decoding
 generate "$configs/hybrid_tiny.toml" "$work/hybrid_one.json" "${hybrid[@]}" \
   --load "$work/hybrid" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --max-batch 1
 same_tokens "$work/hybrid.json" "$work/hybrid_one.json" || fail "prompts decoded together differ from one at a time"
+
+# Tensor parallelism: two ranks decode the rope GPT and the hybrid as one rank does (the padded
+# vocabulary kept by make_vocab_size_divisible_by 64 x 2).
+tp2=(--set parallel.tensor_model_parallel_size=2 --set model.make_vocab_size_divisible_by=64)
+tp2_generate() {  # config json [more arguments]
+  local config=$1 json=$2
+  shift 2
+  # Open MPI's start-up leaks are not ours (tests/CMakeLists.txt: mpi tests run without LSan).
+  ASAN_OPTIONS=detect_leaks=0 "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none \
+    -np 2 "$app" generate \
+    --config "$config" --log-level warn --output-json "$json" "${tp2[@]}" "$@" > /dev/null
+}
+tp2_generate "$configs/gpt_tiny.toml" "$work/modern_tp2.json" "${modern[@]}" --load "$work/modern" \
+  "${prompts[@]}" --top-k 1 --tokens-to-generate 16
+same_tokens "$work/modern.json" "$work/modern_tp2.json" || fail "TP2 differs from one rank (rope GPT)"
+tp2_generate "$configs/hybrid_tiny.toml" "$work/hybrid_tp2.json" "${hybrid[@]}" \
+  --load "$work/hybrid" "${prompts[@]}" --top-k 1 --tokens-to-generate 16
+same_tokens "$work/hybrid.json" "$work/hybrid_tp2.json" || fail "TP2 differs from one rank (hybrid)"
+echo "ok   tensor parallelism (2 ranks) gives one rank's tokens (rope GPT, hybrid)"
 
 # Sampling: the same seed gives the same text, another seed another; top-k 1 is greedy at any
 # temperature.

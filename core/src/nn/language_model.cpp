@@ -5,6 +5,7 @@
 #include "megatron/error.h"
 #include "megatron/nn/lm_head.h"
 #include "megatron/nn/mixed_gemm.h"
+#include "megatron/nn/tensor_parallel.h"
 
 namespace megatron::nn {
 
@@ -127,10 +128,10 @@ Tensor LanguageModel::logits(const Batch& batch) {
 }
 
 void LanguageModel::check_decodable() const {
-  if (tp().split()) {
+  if (tp().sp() || info().pipeline.size > 1) {
     throw Error(name_ +
-                ": decoding gathers the full vocabulary on one rank; it is not available "
-                "with tensor parallelism yet");
+                ": decoding runs without sequence or pipeline parallelism (tensor parallelism "
+                "is fine)");
   }
 }
 
@@ -150,6 +151,18 @@ Tensor LanguageModel::embed_at(const LayerContext& ctx, const Tensor& ids,
 
 Tensor LanguageModel::host_logits(Backend& be, const Tensor& normed) {
   const std::int64_t n = normed.size(0);
+  if (tp().split()) {
+    // Each rank holds a block of the vocabulary's rows: its logits transposed (V / tp, n) are
+    // gathered block after block into (V, n) on every rank.
+    const Tensor& weight = output_weight().value;
+    Tensor local = be.empty({weight.size(0), n}, info().param_dtype);
+    mixed_gemm(be, weight, false, normed, true, local, info().compute_dtype);
+    Tensor full = be.empty({padded_vocab_, n}, info().param_dtype);
+    tp_gather_rows(tp(), local, full);
+    Tensor host = Tensor::empty({padded_vocab_, n}, info().param_dtype);
+    be.copy(full, host);
+    return host.transpose(0, 1).contiguous();
+  }
   Tensor logits = be.empty({n, padded_vocab_}, info().param_dtype);
   mixed_gemm(be, normed, false, output_weight().value, true, logits, info().compute_dtype);
   Tensor host = Tensor::empty({n, padded_vocab_}, info().param_dtype);

@@ -122,7 +122,7 @@ MambaMixer::DecodeState MambaMixer::start_decoding(Backend& be, std::int64_t bat
 
 void MambaMixer::forward_decoding(const LayerContext& ctx, const Tensor& x, std::int64_t batch,
                                   DecodeState& state, Tensor& out) const {
-  if (tp_.split()) throw Error("Mamba: incremental decoding without tensor parallelism");
+  if (tp_.sp()) throw Error("Mamba: incremental decoding without sequence parallelism");
   Backend& be = ctx.backend;
   const DType dt = x.dtype();
   const std::int64_t rows = x.size(0), seq = rows / batch, width = in_proj_width();
