@@ -10,7 +10,7 @@
 # three trained here, the five most likely tokens' log-probabilities at each step equal the
 # reference's too (--top-logprobs 5).
 # With tensor parallelism (mpirun -np 2, rank 0 leading, rank 1 following) the rope GPT and the
-# hybrid give one rank's tokens.
+# hybrid give one rank's greedy tokens, the tasks' GPT one rank's seeded samples.
 #   generate_test.sh MEGATRON_APP WORK_DIR TASKS_GPT_CHECKPOINT_DIR MPIEXEC
 set -euo pipefail
 app=$1 work=$2 tasks_dir=$3 mpiexec=$4
@@ -129,6 +129,8 @@ generate "$configs/gpt_tiny.toml" "$work/seed1_again.json" "${sample[@]}" --seed
 generate "$configs/gpt_tiny.toml" "$work/seed2.json" "${sample[@]}" --seed 2
 cmp "$work/seed1.json" "$work/seed1_again.json" || fail "the same seed sampled differently"
 ! cmp -s "$work/seed1.json" "$work/seed2.json" || fail "seeds 1 and 2 sampled the same text"
+tp2_generate "$configs/gpt_tiny.toml" "$work/seed1_tp2.json" "${sample[@]}" --seed 1
+same_tokens "$work/seed1.json" "$work/seed1_tp2.json" || fail "TP2 sampled differently from one rank"
 generate "$configs/gpt_tiny.toml" "$work/greedy_hot.json" "${tasks[@]}" "${prompts[@]}" \
   --top-k 1 --tokens-to-generate 16 --temperature 7
 cmp "$work/tasks.json" "$work/greedy_hot.json" || fail "greedy depends on the temperature"
