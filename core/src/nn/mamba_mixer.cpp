@@ -100,7 +100,7 @@ void MambaMixer::forward(const LayerContext& ctx, const Tensor& x, std::int64_t 
   saved.y = be.empty({seq, batch, heads_, head_dim_}, dt);
   saved.states = be.empty({batch, chunks, heads_, head_dim_, state_}, dt);
   Tensor y = saved.y.permute({1, 0, 2, 3});
-  be.ssd_scan_forward(scan_operands(saved), y, saved.states);
+  be.ssd_scan_forward(scan_operands(saved.conv.permute({1, 0, 2}), saved.zxbcdt), y, saved.states);
 
   saved.normed = be.empty({rows, d_inner_}, dt);
   saved.norm_rstd = be.empty({rows, groups_}, dt);
@@ -142,16 +142,7 @@ void MambaMixer::forward_decoding(const LayerContext& ctx, const Tensor& x, std:
                                 conv_bias->value, conv_all);
   be.copy(inputs.slice(1, seq, window), state.conv_window);
 
-  const Tensor conv_new = conv_all.slice(1, window, seq);  // (B, S, conv)
-  const std::int64_t bc = groups_ * state_;
-  Backend::SsdScan scan;
-  scan.x = conv_new.slice(2, 0, d_inner_).unflatten(2, heads_, head_dim_);
-  scan.B = conv_new.slice(2, d_inner_, bc).unflatten(2, groups_, state_);
-  scan.C = conv_new.slice(2, d_inner_ + bc, bc).unflatten(2, groups_, state_);
-  scan.dt = zxbcdt.slice(2, d_inner_ + conv, heads_).permute({1, 0, 2});
-  scan.A_log = A_log->value;
-  scan.D = D->value;
-  scan.dt_bias = dt_bias->value;
+  const Backend::SsdScan scan = scan_operands(conv_all.slice(1, window, seq), zxbcdt);
   Tensor y = be.empty({seq, batch, heads_, head_dim_}, dt);
   Tensor y_bs = y.permute({1, 0, 2, 3});
   be.ssd_scan_recurrent(scan, state.ssm, y_bs);
@@ -163,14 +154,13 @@ void MambaMixer::forward_decoding(const LayerContext& ctx, const Tensor& x, std:
   out_proj.forward(be, normed, out, ctx.compute);
 }
 
-Backend::SsdScan MambaMixer::scan_operands(const Saved& saved) const {
-  const Tensor conv = saved.conv.permute({1, 0, 2});  // (B, S, conv width)
+Backend::SsdScan MambaMixer::scan_operands(const Tensor& conv, const Tensor& zxbcdt) const {
   const std::int64_t bc = groups_ * state_;
   Backend::SsdScan scan;
   scan.x = conv.slice(2, 0, d_inner_).unflatten(2, heads_, head_dim_);
   scan.B = conv.slice(2, d_inner_, bc).unflatten(2, groups_, state_);
   scan.C = conv.slice(2, d_inner_ + bc, bc).unflatten(2, groups_, state_);
-  scan.dt = saved.zxbcdt.slice(2, d_inner_ + conv_width(), heads_).permute({1, 0, 2});
+  scan.dt = zxbcdt.slice(2, d_inner_ + conv_width(), heads_).permute({1, 0, 2});
   scan.A_log = A_log->value;
   scan.D = D->value;
   scan.dt_bias = dt_bias->value;
@@ -211,7 +201,9 @@ void MambaMixer::backward(const LayerContext& ctx, const Tensor& dout, Saved& sa
   grads.dA_log = A_log->grad;
   grads.dD = D->grad;
   grads.ddt_bias = dt_bias->grad;
-  be.ssd_scan_backward(dy.permute({1, 0, 2, 3}), scan_operands(saved), saved.states, grads, true);
+  be.ssd_scan_backward(dy.permute({1, 0, 2, 3}),
+                       scan_operands(saved.conv.permute({1, 0, 2}), saved.zxbcdt), saved.states,
+                       grads, true);
 
   Tensor dxbc = dzxbcdt.slice(2, d_inner_, conv).permute({1, 0, 2});
   Tensor dweight = conv_weight->grad.view({conv, config_.mamba_conv_kernel});

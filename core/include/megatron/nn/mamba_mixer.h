@@ -54,7 +54,9 @@ class MambaMixer {
  private:
   // RMSNormGated's eps in MambaMixer (fixed there, not layernorm_epsilon).
   static constexpr float kNormEps = 1e-5f;
-  Backend::SsdScan scan_operands(const Saved& saved) const;
+  // The scan's operands as views: conv (B, S, conv width) after conv1d + SiLU, zxbcdt in_proj's
+  // output (S, B, width).
+  Backend::SsdScan scan_operands(const Tensor& conv, const Tensor& zxbcdt) const;
 
   TransformerConfig config_;
   TensorParallelism tp_;
