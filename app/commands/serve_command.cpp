@@ -62,8 +62,10 @@ po::options_description describe_options(CommonOptions& common, ServeOptions& o)
 
 // The last stop signal received (0: none). A handler, not sigwait: threads that libraries start
 // before main (OpenBLAS's pool) do not block signals, and any of them may receive one.
+// Static, with its own name: an extern "C" handler's symbol is global to the executable and
+// every library, and this one once silently replaced the trainer's of the same name.
 volatile std::sig_atomic_t stop_signal = 0;
-extern "C" void on_stop_signal(int sig) {
+void on_serve_stop_signal(int sig) {
   stop_signal = sig;
 }
 
@@ -72,7 +74,7 @@ class SignalWatcher {
  public:
   SignalWatcher() {
     struct sigaction action = {};
-    action.sa_handler = on_stop_signal;
+    action.sa_handler = on_serve_stop_signal;
     sigemptyset(&action.sa_mask);
     sigaction(SIGTERM, &action, &old_term_);
     sigaction(SIGINT, &action, &old_int_);

@@ -10,7 +10,9 @@ namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
 
-extern "C" void on_stop_signal(int signal) {
+// Static: an extern "C" name is global across the executable and every library, where another
+// handler of the same name would take its place.
+static void on_training_stop_signal(int signal) {
   if (g_stop) {
     std::signal(signal, SIG_DFL);
     std::raise(signal);
@@ -22,8 +24,8 @@ extern "C" void on_stop_signal(int signal) {
 }  // namespace
 
 void install_stop_signal_handlers() {
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_training_stop_signal);
+  std::signal(SIGINT, on_training_stop_signal);
 }
 
 bool stop_requested() {
