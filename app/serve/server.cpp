@@ -419,9 +419,12 @@ void Server::stream(httplib::Response& res, std::shared_ptr<Job> job, Channels c
             return false;
           }
           const std::string text = tok.decode(ids_of(s));
-          std::size_t ready = s.done ? cut_at_stop(text, job->settings.stop).size()
-                                     : std::min(complete_utf8_length(text),
-                                                stop_safe_length(text, job->settings.stop));
+          // Never past a stop string: the engine reports the token that completes one before
+          // it reports the request finished, and a snapshot may fall between the two.
+          const std::string visible = cut_at_stop(text, job->settings.stop);
+          std::size_t ready = s.done ? visible.size()
+                                     : std::min(complete_utf8_length(visible),
+                                                stop_safe_length(visible, job->settings.stop));
           ready = std::max(ready, p.sent_bytes[i]);
           if (ready > p.sent_bytes[i]) {
             const std::string piece = text.substr(p.sent_bytes[i], ready - p.sent_bytes[i]);
