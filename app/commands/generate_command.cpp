@@ -132,8 +132,9 @@ po::options_description describe_options(CommonOptions& common, GenerateOptions&
       "each prompt followed by its continuation. Greedy with --top-k 1; otherwise Megatron's\n"
       "sampling (temperature, then top-k or top-p), never producing a padded-vocabulary id, from\n"
       "--seed. Stops at the end-of-document token, after --tokens-to-generate tokens, or when the\n"
-      "sequence reaches [data] seq_length. One rank, or mpirun -n TP with [parallel]\n"
-      "tensor_model_parallel_size = TP (rank 0 prints). Attention decodes with a KV cache and\n"
+      "sequence reaches [data] seq_length. One rank, or mpirun -n TP*PP with [parallel]\n"
+      "tensor_model_parallel_size = TP, pipeline_model_parallel_size = PP (rank 0 prints). "
+      "Attention decodes with a KV cache and\n"
       "Mamba layers with their conv and SSM state (a block that keeps neither, e.g. Retro's,\n"
       "recomputes the whole sequence for each token).\n\n"
       "Options");

@@ -5,6 +5,7 @@
 
 #include "megatron/error.h"
 #include "megatron/inference/followed_decoder.h"
+#include "megatron/inference/held_weights.h"
 #include "megatron/nn/language_model.h"
 #include "megatron/train/model_setup.h"
 #include "megatron/train/pretrained.h"
@@ -32,13 +33,13 @@ GenerationModel::GenerationModel(MpiRuntime& runtime, const CommonOptions& commo
     : session_(open_session(runtime, common, {})) {
   const config::CoreConfig& core = session_.config.core();
   const std::int64_t tp = core.parallel.tensor_model_parallel_size;
-  if (runtime.world_size() != tp || core.parallel.pipeline_model_parallel_size > 1 ||
-      core.parallel.sequence_parallel) {
+  const std::int64_t pp = core.parallel.pipeline_model_parallel_size;
+  if (runtime.world_size() != tp * pp || core.parallel.sequence_parallel) {
     throw UsageError(fmt::format(
-        "megatron-app {}: runs on one rank or with tensor parallelism only (mpirun -n {} for "
-        "[parallel] tensor_model_parallel_size = {}; no pipeline or sequence parallelism); the "
+        "megatron-app {}: runs on tensor_model_parallel_size x pipeline_model_parallel_size "
+        "ranks (mpirun -n {} for [parallel] {} x {}; no data or sequence parallelism); the "
         "checkpoint may come from any layout",
-        command, tp, tp));
+        command, tp * pp, tp, pp));
   }
   parallel_.emplace(ParallelState::create(runtime, parallel_sizes(core.parallel)));
   dataset_ =
@@ -52,23 +53,41 @@ GenerationModel::GenerationModel(MpiRuntime& runtime, const CommonOptions& commo
                      "generate text");
   }
   const SampleSpec fields = dataset_->sample_fields();
-  model_->build(train::model_build_info(*parallel_, core, *model_, vocab_size(),
-                                        dataset_->seq_length(), fields));
+  const ModelBuildInfo info = train::model_build_info(*parallel_, core, *model_, vocab_size(),
+                                                      dataset_->seq_length(), fields);
+  model_->build(info);
   train::PretrainedRules rules;
   rules.model_type = type_;
   const train::PretrainedReport report =
       train::load_pretrained(checkpoint_to_load(command, load, core.checkpoint), *model_,
                              *parallel_, rules, *session_.log);
+  const inference::HeldWeights held =
+      inference::hold_for_generation(model_->parameters(), info.compute_dtype);
+  session_.log->info("weights: {:.1f} MiB held on this rank ({:.1f} MiB with gradients){}",
+                     static_cast<double>(held.bytes) / (1 << 20),
+                     static_cast<double>(held.bytes_before) / (1 << 20),
+                     held.narrowed > 0 ? fmt::format(", {} weights in {}", held.narrowed,
+                                                     dtype_name(info.compute_dtype))
+                                       : std::string());
   if (!recompute && !lm->can_decode()) {
     session_.log->info("{}: a block keeps no decoding cache; each token recomputes the sequence",
                        type_);
     recompute = true;
   }
+  if (recompute && runtime.world_size() > 1) {
+    throw UsageError(fmt::format(
+        "megatron-app {}: recomputing each sequence runs on one rank; {} ranks decode with the "
+        "model's caches{}",
+        command, runtime.world_size(),
+        lm->can_decode() ? " (drop --recompute)" : ", which a block of this model does not keep"));
+  }
   decoder_ = recompute ? inference::recomputing_decoder(*lm, fields, dataset_->seq_length(),
                                                         tokenizer().eod())
                        : inference::kv_cache_decoder(*lm, dataset_->seq_length());
-  if (tp > 1) {
-    group_ = &parallel_->comm(Group::tensor);
+  if (runtime.world_size() > 1) {
+    // Every rank of the model follows rank 0's calls: tensor-parallel peers meet in each
+    // layer's collectives, pipeline stages pass the activations on.
+    group_ = &parallel_->comm(Group::model);
     if (leader()) decoder_ = inference::leading_decoder(std::move(decoder_), *group_);
   }
   session_.log->info("generating from {} (iteration {}){}", report.file.string(), report.iteration,

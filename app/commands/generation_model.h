@@ -1,8 +1,8 @@
 // A decoder-only language model loaded for text generation (`generate`, `serve`): the config's
 // session, its [data] plugin's tokenizer and sequence length, the [model] plugin's model with a
 // checkpoint's weights, and the decoder the generation engine steps (the KV cache, or recomputing
-// each sequence where a block keeps no cache or --recompute asks). Under mpirun with tensor
-// parallelism every rank loads its shard; rank 0 leads the decoding and the others follow.
+// each sequence where a block keeps no cache or --recompute asks). Under mpirun with tensor and
+// pipeline parallelism every rank loads its shard; rank 0 leads the decoding and the others follow.
 #pragma once
 
 #include <memory>
@@ -31,8 +31,8 @@ class GenerationModel {
   std::int64_t vocab_size() const { return static_cast<std::int64_t>(tokenizer().vocab_size()); }
   std::int64_t seq_length() const { return dataset_->seq_length(); }
   inference::Decoder& decoder() { return *decoder_; }
-  // Tensor parallelism: rank 0 leads (runs the engine; its decoder announces each call), the
-  // other ranks follow() until it stops. One rank: the leader.
+  // Several ranks: rank 0 leads (runs the engine; its decoder announces each call), the other
+  // ranks follow() until it stops. One rank: the leader.
   bool leader() const;
   void follow();
   const std::string& type() const { return type_; }  // the [model] plugin's name
@@ -44,7 +44,7 @@ class GenerationModel {
   std::unique_ptr<Model> model_;
   std::unique_ptr<inference::Decoder> decoder_;
   std::string type_;
-  Communicator* group_ = nullptr;  // the tensor-parallel ranks, when there are several
+  Communicator* group_ = nullptr;  // the model's ranks (tp x pp), when there are several
 };
 
 }  // namespace megatron::app

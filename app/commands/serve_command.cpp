@@ -1,7 +1,8 @@
 // `megatron-app serve --config FILE [--load CKPT] [--host H --port P]`: a decoder-only language
 // model's checkpoint behind Megatron's REST API and OpenAI-compatible endpoints, decoding the
-// requests that arrive together (continuous batching). Under mpirun with tensor parallelism rank 0
-// serves and the other ranks follow its decoding. SIGTERM or SIGINT stops it cleanly.
+// requests that arrive together (continuous batching). Under mpirun with tensor and pipeline
+// parallelism rank 0 serves and the other ranks follow its decoding. SIGTERM or SIGINT stops it
+// cleanly.
 #include <signal.h>
 
 #include <atomic>
@@ -40,7 +41,8 @@ po::options_description describe_options(CommonOptions& common, ServeOptions& o)
       "/completions, OpenAI's POST /v1/completions and /v1/chat/completions (\"stream\": true for\n"
       "server-sent events), GET /v1/models, /health, and a page at /. Requests that arrive while\n"
       "others decode join them between steps; each gets the tokens it would get alone. One rank,\n"
-      "or mpirun -n TP with [parallel] tensor_model_parallel_size = TP (rank 0 serves).\n"
+      "or mpirun -n TP*PP with [parallel] tensor_model_parallel_size = TP and\n"
+      "pipeline_model_parallel_size = PP (rank 0 serves).\n"
       "SIGTERM or SIGINT stops the server.\n\n"
       "Options");
   add_common_options(d, common, true);

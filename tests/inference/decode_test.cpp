@@ -12,6 +12,7 @@
 
 #include "common/model_checks.h"
 #include "gpt_model.h"
+#include "megatron/inference/held_weights.h"
 
 namespace megatron::gpt {
 namespace {
@@ -38,12 +39,13 @@ void expect_close(const Tensor& got, const Tensor& want, double tol, const std::
   EXPECT_LE(worst, tol * scale) << what << ": max |difference| " << worst << ", scale " << scale;
 }
 
-std::unique_ptr<GptModel> build(const GptConfig& c) {
+std::unique_ptr<GptModel> build(const GptConfig& c, DType compute = DType::f32) {
   auto m = std::make_unique<GptModel>(c);
   ModelBuildInfo info;
   info.vocab_size = kVocab;
   info.seq_length = kSeq;
   info.seed = 77;
+  info.compute_dtype = compute;
   m->build(info);
   return m;
 }
@@ -160,6 +162,47 @@ TEST(Decoding, RefusesMoreTokensThanTheModelIsBuiltFor) {
   nn::LayerStackModel::DecodeState state = m->start_decoding(1, 3);
   const Tensor four = Tensor::from(std::vector<std::int32_t>{1, 2, 3, 4}, {1, 4});
   EXPECT_THROW(m->decode(state, four), Error);
+}
+
+// Generation with bf16 compute holds each GEMM-only weight (linear layers, experts, the router,
+// the untied output layer) and the word embeddings in bf16 alone: the logits equal, bit for bit,
+// those of the f32 masters cast at each GEMM (the word embeddings' rows rounded to bf16, as a
+// bf16 table gives them); the gradients are released; norms, biases and the position
+// embeddings stay f32.
+TEST(HeldWeights, Bf16WeightsGiveThePerCallCastsLogits) {
+  GptConfig c = moe_config();
+  c.untie_embeddings_and_output_weights = true;
+  auto m = build(c, DType::bf16);
+  Parameter& words = *m->parameters().find("embedding.word_embeddings.weight");
+  words.value = words.value.to(DType::bf16).to(DType::f32);
+  const Batch batch = test::gpt_batch(kBatch, kSeq, kVocab, 3, [](std::size_t) { return true; });
+  const std::vector<float> cast_per_call = m->logits(batch).to_vector<float>();
+  const inference::HeldWeights held = inference::hold_for_generation(m->parameters(), DType::bf16);
+  EXPECT_EQ(m->logits(batch).to_vector<float>(), cast_per_call);
+  std::int64_t bytes = 0, narrowed = 0;
+  for (const auto& p : m->parameters()) {
+    EXPECT_FALSE(p->grad.defined()) << p->name;
+    const bool narrow =
+        p->name.ends_with("linear_fc1.weight") || p->name.ends_with("linear_fc2.weight") ||
+        p->name.ends_with("linear_qkv.weight") || p->name.ends_with("linear_proj.weight") ||
+        p->name.ends_with("router.weight") || p->name == "output_layer.weight" ||
+        p->name == "embedding.word_embeddings.weight";
+    EXPECT_EQ(p->value.dtype(), narrow ? DType::bf16 : DType::f32) << p->name;
+    narrowed += narrow ? 1 : 0;
+    bytes += static_cast<std::int64_t>(p->value.nbytes());
+  }
+  EXPECT_EQ(held.narrowed, narrowed);
+  // 2 x (qkv, proj); fc1, fc2; router, experts' fc1, fc2; output layer; word embeddings.
+  EXPECT_EQ(narrowed, 11);
+  EXPECT_EQ(held.bytes, bytes);
+  EXPECT_LT(held.bytes, held.bytes_before / 3);
+
+  // f32 compute narrows nothing and only releases the gradients.
+  auto f32 = build(tiny_config());
+  const inference::HeldWeights plain =
+      inference::hold_for_generation(f32->parameters(), DType::f32);
+  EXPECT_EQ(plain.narrowed, 0);
+  EXPECT_EQ(plain.bytes * 2, plain.bytes_before);
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 # three trained here, the five most likely tokens' log-probabilities at each step equal the
 # reference's too (--top-logprobs 5).
 # With tensor parallelism (mpirun -np 2, rank 0 leading, rank 1 following) the rope GPT and the
-# hybrid give one rank's greedy tokens, the tasks' GPT one rank's seeded samples.
+# hybrid give one rank's greedy tokens, the tasks' GPT one rank's seeded samples; with pipeline
+# parallelism (PP2, and TP2 x PP2 interleaved on 4 ranks) one rank's tokens and log-probabilities.
 #   generate_test.sh MEGATRON_APP WORK_DIR TASKS_GPT_CHECKPOINT_DIR MPIEXEC
 set -euo pipefail
 app=$1 work=$2 tasks_dir=$3 mpiexec=$4
@@ -105,13 +106,18 @@ same_tokens "$work/hybrid.json" "$work/hybrid_one.json" || fail "prompts decoded
 # Tensor parallelism: two ranks decode the rope GPT and the hybrid as one rank does (the padded
 # vocabulary kept by make_vocab_size_divisible_by 64 x 2).
 tp2=(--set parallel.tensor_model_parallel_size=2 --set model.make_vocab_size_divisible_by=64)
+mpi_generate() {  # ranks config json [more arguments]
+  local ranks=$1 config=$2 json=$3
+  shift 3
+  # Open MPI's start-up leaks are not ours (tests/CMakeLists.txt: mpi tests run without LSan).
+  ASAN_OPTIONS=detect_leaks=0 "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none \
+    -np "$ranks" "$app" generate \
+    --config "$config" --log-level warn --output-json "$json" "$@" > /dev/null
+}
 tp2_generate() {  # config json [more arguments]
   local config=$1 json=$2
   shift 2
-  # Open MPI's start-up leaks are not ours (tests/CMakeLists.txt: mpi tests run without LSan).
-  ASAN_OPTIONS=detect_leaks=0 "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none \
-    -np 2 "$app" generate \
-    --config "$config" --log-level warn --output-json "$json" "${tp2[@]}" "$@" > /dev/null
+  mpi_generate 2 "$config" "$json" "${tp2[@]}" "$@"
 }
 tp2_generate "$configs/gpt_tiny.toml" "$work/modern_tp2.json" "${modern[@]}" --load "$work/modern" \
   "${prompts[@]}" --top-k 1 --tokens-to-generate 16
@@ -120,6 +126,60 @@ tp2_generate "$configs/hybrid_tiny.toml" "$work/hybrid_tp2.json" "${hybrid[@]}" 
   --load "$work/hybrid" "${prompts[@]}" --top-k 1 --tokens-to-generate 16
 same_tokens "$work/hybrid.json" "$work/hybrid_tp2.json" || fail "TP2 differs from one rank (hybrid)"
 echo "ok   tensor parallelism (2 ranks) gives one rank's tokens (rope GPT, hybrid)"
+
+# Pipeline parallelism: each stage decodes its layers and passes the activations on, the last
+# stage's logits reach every stage. Two stages (the rope GPT's layers one a stage, the MoE GPT's
+# and the hybrid's split too), and the tasks' GPT on TP2 x PP2 with two virtual stages a rank
+# (4 ranks: the ring of virtual stages goes round twice): one rank's tokens, and the five most
+# likely tokens' log-probabilities at each step within 1e-5.
+same_logprobs() {  # a.json b.json
+  same_tokens "$1" "$2" || return 1
+  /usr/bin/python3 -c 'import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+worst = max((abs(p - q) for x, y in zip(a, b) for s, t in zip(x["top_logprobs"], y["top_logprobs"])
+             for (i, p), (j, q) in zip(s, t) if i == j), default=0.0)
+same_ids = all([i for i, _ in s] == [j for j, _ in t] for x, y in zip(a, b)
+               for s, t in zip(x["top_logprobs"], y["top_logprobs"]))
+sys.exit(not (same_ids and worst <= 1e-5))' "$1" "$2"
+}
+pp2=(--set parallel.pipeline_model_parallel_size=2)
+mpi_generate 2 "$configs/gpt_tiny.toml" "$work/modern_pp2.json" "${modern[@]}" "${pp2[@]}" \
+  --load "$work/modern" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --top-logprobs 5
+same_logprobs "$work/modern.json" "$work/modern_pp2.json" || fail "PP2 differs from one rank (rope GPT)"
+mpi_generate 2 "$configs/moe_tiny.toml" "$work/moe_pp2.json" "${moe[@]}" "${pp2[@]}" \
+  --load "$work/moe" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --top-logprobs 5
+same_logprobs "$work/moe.json" "$work/moe_pp2.json" || fail "PP2 differs from one rank (MoE GPT)"
+mpi_generate 2 "$configs/hybrid_tiny.toml" "$work/hybrid_pp2.json" "${hybrid[@]}" "${pp2[@]}" \
+  --load "$work/hybrid" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --top-logprobs 5
+same_logprobs "$work/hybrid.json" "$work/hybrid_pp2.json" || fail "PP2 differs from one rank (hybrid)"
+generate "$configs/gpt_tiny.toml" "$work/tasks_top.json" "${tasks[@]}" "${prompts[@]}" --top-k 1 \
+  --tokens-to-generate 16 --top-logprobs 5
+mpi_generate 4 "$configs/gpt_tiny.toml" "$work/tasks_tp2pp2.json" "${tasks[@]}" "${tp2[@]}" \
+  "${pp2[@]}" --set parallel.num_layers_per_virtual_pipeline_stage=1 "${prompts[@]}" --top-k 1 \
+  --tokens-to-generate 16 --top-logprobs 5
+same_logprobs "$work/tasks_top.json" "$work/tasks_tp2pp2.json" || fail "TP2 x PP2 (interleaved) differs from one rank"
+echo "ok   pipeline parallelism (PP2; TP2 x PP2 interleaved) gives one rank's tokens and log-probabilities"
+
+# bf16: the weights of the linear layers and the word embeddings held in bf16 alone (decode_test
+# checks the logits bit for bit against f32 masters cast at each GEMM): at most 55% of the f32
+# run's memory (norms and biases stay f32), and the first step's five most likely tokens within 0.05 of f32's log-probabilities.
+held_mib() { sed -n 's/.*weights: \([0-9.]*\) MiB held.*/\1/p' "$1"; }
+"$app" generate --config "$configs/gpt_tiny.toml" --output-json "$work/modern_bf16.json" \
+  "${modern[@]}" --load "$work/modern" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 \
+  --top-logprobs 5 --set training.bf16=true > "$work/bf16.log" 2>&1
+"$app" generate --config "$configs/gpt_tiny.toml" --output-json "$work/modern_f32.json" \
+  "${modern[@]}" --load "$work/modern" --prompt "x" --tokens-to-generate 1 > "$work/f32.log" 2>&1
+grep -q "weights in bfloat16" "$work/bf16.log" || fail "bf16 weights not held: $(cat "$work/bf16.log")"
+/usr/bin/python3 -c 'import sys; bf16, f32 = map(float, sys.argv[1:3]); sys.exit(not bf16 <= 0.55 * f32)' \
+  "$(held_mib "$work/bf16.log")" "$(held_mib "$work/f32.log")" || fail "bf16 weights hold $(held_mib "$work/bf16.log") MiB, f32 $(held_mib "$work/f32.log")"
+/usr/bin/python3 -c 'import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+for x, y in zip(a, b):
+    f32 = dict(x["top_logprobs"][0])
+    close = [abs(p - f32[i]) <= 0.05 for i, p in y["top_logprobs"][0] if i in f32]
+    sys.exit(len(close) < 3 or not all(close))' "$work/modern.json" "$work/modern_bf16.json" \
+  || fail "bf16 log-probabilities far from f32's"
+echo "ok   bf16 weights: 55% of the memory at most, log-probabilities close to f32's"
 
 # Sampling: the same seed gives the same text, another seed another; top-k 1 is greedy at any
 # temperature.

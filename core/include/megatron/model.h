@@ -32,6 +32,9 @@ struct PipelinePlacement {
   int rank = 0;
   int size = 1;
   std::vector<LayerRange> chunks;  // empty: one chunk holding every layer
+  // The pipeline group (device communicator, owned by the ParallelState) when size > 1: the
+  // trainer's schedule passes training activations itself; incremental decoding passes its own.
+  Communicator* comm = nullptr;
 
   int num_chunks() const { return chunks.empty() ? 1 : static_cast<int>(chunks.size()); }
   bool is_first_virtual_stage(int chunk) const { return rank == 0 && chunk == 0; }

@@ -13,6 +13,7 @@ void Embedding::declare(ParamFactory& factory, const std::string& prefix, std::i
   position_embeddings = tokentype_embeddings = nullptr;
   word_embeddings = &factory.declare(prefix + ".word_embeddings.weight", {vocab_size, hidden},
                                      ParamInit::normal, init_std, true, Split{0, 1});
+  word_embeddings->narrowable = true;  // looked up (widen_rows) or read by the output GEMM
   if (max_positions > 0) {
     position_embeddings = &factory.declare(prefix + ".position_embeddings.weight",
                                            {max_positions, hidden}, ParamInit::normal, init_std);
@@ -59,6 +60,18 @@ Tensor Embedding::local_positions(Backend& be, const Tensor& ids, const Tensor* 
   return positions(be, ids, first, local_rows);
 }
 
+void Embedding::lookup_words(Backend& be, const Tensor& ids, Tensor& out) const {
+  const Tensor& table = word_embeddings->value;
+  if (table.dtype() == out.dtype()) {
+    be.embedding_forward(ids, table, vocab_start(), out);
+    return;
+  }
+  // A table held narrower than the activations (bf16 for generation): the rows, then widened.
+  Tensor narrow = be.empty(out.shape(), table.dtype());
+  be.embedding_forward(ids, table, vocab_start(), narrow);
+  be.cast(narrow, out);
+}
+
 void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_t dropout_site,
                         Tensor& y, const Tensor* types, const Tensor* position_ids) const {
   Backend& be = ctx.backend;
@@ -67,10 +80,10 @@ void Embedding::forward(const LayerContext& ctx, const Tensor& ids, std::uint64_
   Tensor y_rows = y.view({local_rows, h});
   if (tp_.sp()) {
     Tensor partial = be.empty({rows, h}, y.dtype());
-    be.embedding_forward(ids.view({rows}), word_embeddings->value, vocab_start(), partial);
+    lookup_words(be, ids.view({rows}), partial);
     tp_reduce_scatter_rows(tp_, partial, y_rows);
   } else {
-    be.embedding_forward(ids.view({rows}), word_embeddings->value, vocab_start(), y_rows);
+    lookup_words(be, ids.view({rows}), y_rows);
     tp_all_reduce(tp_, y_rows);
   }
   if (position_embeddings) {

@@ -128,10 +128,10 @@ Tensor LanguageModel::logits(const Batch& batch) {
 }
 
 void LanguageModel::check_decodable() const {
-  if (tp().sp() || info().pipeline.size > 1) {
+  if (tp().sp()) {
     throw Error(name_ +
-                ": decoding runs without sequence or pipeline parallelism (tensor parallelism "
-                "is fine)");
+                ": decoding runs without sequence parallelism (tensor and pipeline parallelism "
+                "are fine)");
   }
 }
 
@@ -149,25 +149,31 @@ Tensor LanguageModel::embed_at(const LayerContext& ctx, const Tensor& ids,
   return x;
 }
 
-Tensor LanguageModel::host_logits(Backend& be, const Tensor& normed) {
-  const std::int64_t n = normed.size(0);
-  if (tp().split()) {
-    // Each rank holds a block of the vocabulary's rows: its logits transposed (V / tp, n) are
-    // gathered block after block into (V, n) on every rank.
+Tensor LanguageModel::host_logits(Backend& be, const Tensor& normed, std::int64_t n) {
+  const DType dt = info().param_dtype;
+  // Under tensor parallelism each rank holds a block of the vocabulary's rows: its logits
+  // transposed (V / tp, n) are gathered block after block into (V, n) on every rank.
+  const bool transposed = tp().split();
+  const Shape shape = transposed ? Shape{padded_vocab_, n} : Shape{n, padded_vocab_};
+  Tensor logits = be.empty(shape, dt);
+  if (holds_post_process()) {
     const Tensor& weight = output_weight().value;
-    Tensor local = be.empty({weight.size(0), n}, info().param_dtype);
-    mixed_gemm(be, weight, false, normed, true, local, info().compute_dtype);
-    Tensor full = be.empty({padded_vocab_, n}, info().param_dtype);
-    tp_gather_rows(tp(), local, full);
-    Tensor host = Tensor::empty({padded_vocab_, n}, info().param_dtype);
-    be.copy(full, host);
-    return host.transpose(0, 1).contiguous();
+    if (transposed) {
+      Tensor local = be.empty({weight.size(0), n}, dt);
+      mixed_gemm(be, weight, false, normed, true, local, info().compute_dtype);
+      tp_gather_rows(tp(), local, logits);
+    } else {
+      mixed_gemm(be, normed, false, weight, true, logits, info().compute_dtype);
+    }
   }
-  Tensor logits = be.empty({n, padded_vocab_}, info().param_dtype);
-  mixed_gemm(be, normed, false, output_weight().value, true, logits, info().compute_dtype);
-  Tensor host = Tensor::empty({n, padded_vocab_}, info().param_dtype);
+  const PipelinePlacement& pipe = info().pipeline;
+  if (pipe.size > 1) {  // from the last stage to every stage, so each returns the same logits
+    pipe.comm->broadcast(logits.raw_data(), static_cast<std::size_t>(logits.numel()), dt,
+                         pipe.size - 1);
+  }
+  Tensor host = Tensor::empty(shape, dt);
   be.copy(logits, host);
-  return host;
+  return transposed ? host.transpose(0, 1).contiguous() : host;
 }
 
 Tensor LanguageModel::decode(DecodeState& state, const Tensor& tokens, bool every_position) {
@@ -181,18 +187,19 @@ Tensor LanguageModel::decode(DecodeState& state, const Tensor& tokens, bool ever
   std::vector<std::int32_t> positions(static_cast<std::size_t>(s * b));
   for (std::int64_t i = 0; i < s * b; ++i)  // past ... past + s - 1 in every sequence
     positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(state.past + i / b);
-  const Tensor x = embed_at(ctx, sequence_major(be, tokens), positions);
+  const auto embed = [&] { return embed_at(ctx, sequence_major(be, tokens), positions); };
   LayerInputs inputs;
   if (const RotaryTables* tables = rotary_tables()) {
     inputs.set(layer_input::rotary_cos, tables->cos.slice(0, state.past, s));
     inputs.set(layer_input::rotary_sin, tables->sin.slice(0, state.past, s));
   }
-  const Tensor normed = decode_layers(ctx, x, inputs, state);
+  const Tensor normed = decode_layers(ctx, s, embed, inputs, state);
   state.past += s;
   if (every_position) {  // rows s * B + b -> (B, S, V)
-    return host_logits(be, normed).view({s, b, padded_vocab_}).transpose(0, 1).contiguous();
+    return host_logits(be, normed, s * b).view({s, b, padded_vocab_}).transpose(0, 1).contiguous();
   }
-  return host_logits(be, normed.slice(0, (s - 1) * b, b));  // the last position's rows
+  // The last position's rows (held by the last pipeline stage).
+  return host_logits(be, normed.defined() ? normed.slice(0, (s - 1) * b, b) : normed, b);
 }
 
 Tensor LanguageModel::decode_ragged(std::span<DecodeState* const> states,
@@ -217,13 +224,15 @@ Tensor LanguageModel::decode_ragged(std::span<DecodeState* const> states,
       columns[i].set(layer_input::rotary_sin, tables->sin.slice(0, past, 1));
     }
   }
-  Tensor ids = be.empty({1, n}, DType::i32);
-  be.copy(Tensor::from(std::vector<std::int32_t>(tokens.begin(), tokens.end()), {1, n}), ids);
-  const Tensor x = embed_at(ctx, ids, positions);
-  const Tensor normed = decode_layers_ragged(ctx, x, LayerInputs{}, columns, states);
+  const auto embed = [&] {
+    Tensor ids = be.empty({1, n}, DType::i32);
+    be.copy(Tensor::from(std::vector<std::int32_t>(tokens.begin(), tokens.end()), {1, n}), ids);
+    return embed_at(ctx, ids, positions);
+  };
+  const Tensor normed = decode_layers_ragged(ctx, embed, LayerInputs{}, columns, states);
   for (DecodeState* state : states)
     ++state->past;
-  return host_logits(be, normed);
+  return host_logits(be, normed, n);
 }
 
 }  // namespace megatron::nn

@@ -96,44 +96,53 @@ Tensor LayerStack::forward(const LayerContext& ctx, int chunk, Tensor x, const L
 }
 
 bool LayerStack::can_decode() const {
-  if (chunks_.size() != 1 || chunks_[0].count != num_layers_) return false;
-  for (const Layer& layer : layers_)
-    if (layer.decoding() == Mixer::Decoding::none) return false;
+  for (const LayerRange& r : chunks_)
+    for (std::int64_t l = r.first; l < r.first + r.count; ++l)
+      if (layers_[static_cast<std::size_t>(l)].decoding() == Mixer::Decoding::none) return false;
   return true;
 }
 
 std::vector<Layer::Caches> LayerStack::start_caches(Backend& backend, std::int64_t batch,
                                                     std::int64_t max_tokens, DType dtype) const {
   if (!can_decode()) throw Error("LayerStack: this stack cannot decode incrementally");
-  std::vector<Layer::Caches> caches;
-  for (const Layer& layer : layers_)
-    caches.push_back(layer.start_caches(backend, batch, max_tokens, dtype));
+  std::vector<Layer::Caches> caches(layers_.size());
+  for (const LayerRange& r : chunks_)
+    for (std::int64_t l = r.first; l < r.first + r.count; ++l) {
+      const auto i = static_cast<std::size_t>(l);
+      caches[i] = layers_[i].start_caches(backend, batch, max_tokens, dtype);
+    }
   return caches;
 }
 
-Tensor LayerStack::forward_cached(const LayerContext& ctx, Tensor x, const LayerInputs& inputs,
-                                  std::vector<Layer::Caches>& caches, std::int64_t past) const {
+Tensor LayerStack::forward_cached(const LayerContext& ctx, int chunk, Tensor x,
+                                  const LayerInputs& inputs, std::vector<Layer::Caches>& caches,
+                                  std::int64_t past) const {
   if (caches.size() != layers_.size()) throw Error("LayerStack: caches of another stack");
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
+  const LayerRange& range = chunks_.at(static_cast<std::size_t>(chunk));
+  for (std::int64_t l = range.first; l < range.first + range.count; ++l) {
+    const auto i = static_cast<std::size_t>(l);
     Tensor y = ctx.backend.empty(x.shape(), x.dtype());
-    layers_[l].forward_cached(ctx, x, inputs, caches[l], past, y);
+    layers_[i].forward_cached(ctx, x, inputs, caches[i], past, y);
     x = y;
   }
   return x;
 }
 
-Tensor LayerStack::forward_ragged(const LayerContext& ctx, Tensor x, const LayerInputs& shared,
+Tensor LayerStack::forward_ragged(const LayerContext& ctx, int chunk, Tensor x,
+                                  const LayerInputs& shared,
                                   const std::vector<LayerInputs>& columns,
                                   const std::vector<std::vector<Layer::Caches>*>& caches,
                                   std::span<const std::int64_t> past) const {
   for (const auto* c : caches)
     if (!c || c->size() != layers_.size()) throw Error("LayerStack: caches of another stack");
+  const LayerRange& range = chunks_.at(static_cast<std::size_t>(chunk));
   std::vector<Layer::Caches*> layer_caches(caches.size());
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
+  for (std::int64_t l = range.first; l < range.first + range.count; ++l) {
+    const auto i = static_cast<std::size_t>(l);
     for (std::size_t b = 0; b < caches.size(); ++b)
-      layer_caches[b] = &(*caches[b])[l];
+      layer_caches[b] = &(*caches[b])[i];
     Tensor y = ctx.backend.empty(x.shape(), x.dtype());
-    layers_[l].forward_ragged(ctx, x, shared, columns, layer_caches, past, y);
+    layers_[i].forward_ragged(ctx, x, shared, columns, layer_caches, past, y);
     x = y;
   }
   return x;

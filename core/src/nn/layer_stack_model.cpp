@@ -326,15 +326,15 @@ Tensor LayerStackModel::final_hidden(const Batch& batch) {
 }
 
 bool LayerStackModel::can_decode() const {
-  return info_.pipeline.size <= 1 && !tp_.sp() && stack_.can_decode();
+  return !tp_.sp() && stack_.can_decode();
 }
 
 LayerStackModel::DecodeState LayerStackModel::start_decoding(std::int64_t batch,
                                                              std::int64_t max_tokens) const {
   if (!can_decode()) {
     throw Error(name_ +
-                ": cannot decode incrementally (a block without a decoding cache, "
-                "pipeline stages or sequence parallelism)");
+                ": cannot decode incrementally (a block without a decoding cache, or sequence "
+                "parallelism)");
   }
   if (max_tokens < 1 || max_tokens > info_.seq_length) {
     throw Error(name_ + ": decoding up to " + std::to_string(max_tokens) +
@@ -348,30 +348,63 @@ LayerStackModel::DecodeState LayerStackModel::start_decoding(std::int64_t batch,
   return state;
 }
 
-Tensor LayerStackModel::decode_layers(const LayerContext& ctx, const Tensor& x,
-                                      const LayerInputs& inputs, DecodeState& state) const {
-  if (x.size(1) != state.batch || state.past + x.size(0) > state.max_tokens) {
-    throw Error(name_ + ": decoding " + std::to_string(x.size(0)) + " tokens of " +
-                std::to_string(x.size(1)) + " sequences after " + std::to_string(state.past) +
-                " in a state for " + std::to_string(state.batch) + " sequences of " +
-                std::to_string(state.max_tokens));
+namespace {
+constexpr int kDecodeTag = 1 << 20;  // beyond the training schedule's tags
+}  // namespace
+
+Tensor LayerStackModel::decode_stages(const LayerContext& ctx, const Shape& shape,
+                                      const std::function<Tensor()>& embed,
+                                      const std::function<Tensor(int, const Tensor&)>& run) const {
+  const PipelinePlacement& pipe = info_.pipeline;
+  Backend& be = ctx.backend;
+  Tensor normed;
+  for (int chunk = 0; chunk < pipe.num_chunks(); ++chunk) {
+    Tensor x;
+    if (pipe.is_first_virtual_stage(chunk)) {
+      x = embed();
+    } else {
+      // The previous virtual stage: this chunk on the stage before, or the last stage's chunk
+      // before this one.
+      x = be.empty(shape, info_.param_dtype);
+      pipe.comm->recv(x.raw_data(), static_cast<std::size_t>(x.numel()), x.dtype(),
+                      (pipe.rank + pipe.size - 1) % pipe.size, kDecodeTag + chunk);
+    }
+    const Tensor y = run(chunk, x);
+    if (!pipe.is_last_virtual_stage(chunk)) {
+      const int next_chunk = pipe.rank == pipe.size - 1 ? chunk + 1 : chunk;
+      pipe.comm->send(y.raw_data(), static_cast<std::size_t>(y.numel()), y.dtype(),
+                      (pipe.rank + 1) % pipe.size, kDecodeTag + next_chunk);
+      continue;
+    }
+    const std::int64_t h = config_.transformer.hidden_size, rows = y.numel() / h;
+    normed = be.empty({rows, h}, info_.param_dtype);
+    Norm::Saved saved;
+    final_norm_.forward(be, y.view({rows, h}), normed, saved);
   }
-  const Tensor y = stack_.forward_cached(ctx, x, inputs, state.caches, state.past);
-  const std::int64_t h = config_.transformer.hidden_size, rows = y.size(0) * y.size(1);
-  Tensor normed = ctx.backend.empty({rows, h}, info_.param_dtype);
-  Norm::Saved saved;
-  final_norm_.forward(ctx.backend, y.view({rows, h}), normed, saved);
   return normed;
 }
 
-Tensor LayerStackModel::decode_layers_ragged(const LayerContext& ctx, const Tensor& x,
+Tensor LayerStackModel::decode_layers(const LayerContext& ctx, std::int64_t new_tokens,
+                                      const std::function<Tensor()>& embed,
+                                      const LayerInputs& inputs, DecodeState& state) const {
+  const Shape shape{new_tokens, state.batch, config_.transformer.hidden_size};
+  return decode_stages(ctx, shape, embed, [&](int chunk, const Tensor& x) {
+    if (x.size(1) != state.batch || state.past + x.size(0) > state.max_tokens) {
+      throw Error(name_ + ": decoding " + std::to_string(x.size(0)) + " tokens of " +
+                  std::to_string(x.size(1)) + " sequences after " + std::to_string(state.past) +
+                  " in a state for " + std::to_string(state.batch) + " sequences of " +
+                  std::to_string(state.max_tokens));
+    }
+    return stack_.forward_cached(ctx, chunk, x, inputs, state.caches, state.past);
+  });
+}
+
+Tensor LayerStackModel::decode_layers_ragged(const LayerContext& ctx,
+                                             const std::function<Tensor()>& embed,
                                              const LayerInputs& shared,
                                              const std::vector<LayerInputs>& columns,
                                              std::span<DecodeState* const> states) const {
-  const std::int64_t n = x.size(1);
-  if (x.size(0) != 1 || static_cast<std::int64_t>(states.size()) != n) {
-    throw Error(name_ + ": a ragged decoding step takes one new token of each sequence");
-  }
+  const auto n = static_cast<std::int64_t>(states.size());
   std::vector<std::vector<Layer::Caches>*> caches;
   std::vector<std::int64_t> past;
   for (DecodeState* state : states) {
@@ -385,12 +418,13 @@ Tensor LayerStackModel::decode_layers_ragged(const LayerContext& ctx, const Tens
     caches.push_back(&state->caches);
     past.push_back(state->past);
   }
-  const Tensor y = stack_.forward_ragged(ctx, x, shared, columns, caches, past);
-  const std::int64_t h = config_.transformer.hidden_size;
-  Tensor normed = ctx.backend.empty({n, h}, info_.param_dtype);
-  Norm::Saved saved;
-  final_norm_.forward(ctx.backend, y.view({n, h}), normed, saved);
-  return normed;
+  const Shape shape{1, n, config_.transformer.hidden_size};
+  return decode_stages(ctx, shape, embed, [&](int chunk, const Tensor& x) {
+    if (x.size(0) != 1 || x.size(1) != n) {
+      throw Error(name_ + ": a ragged decoding step takes one new token of each sequence");
+    }
+    return stack_.forward_ragged(ctx, chunk, x, shared, columns, caches, past);
+  });
 }
 
 double LayerStackModel::flops_per_iteration(std::int64_t samples) const {
@@ -444,14 +478,17 @@ Parameter* LayerStackModel::declare_output_weight(ParamFactory& factory, bool wi
                                                   bool untied) {
   const TransformerConfig& tc = config_.transformer;
   if (untied) {
-    return &factory.declare("output_layer.weight", {padded_vocab_, tc.hidden_size},
-                            ParamInit::normal, tc.init_method_std, true, Split{0, 1});
+    Parameter* own = &factory.declare("output_layer.weight", {padded_vocab_, tc.hidden_size},
+                                      ParamInit::normal, tc.init_method_std, true, Split{0, 1});
+    own->narrowable = true;
+    return own;
   }
   if (with_pre_process) return nullptr;
   Parameter* copy =
       &factory.declare("embedding.word_embeddings.weight", {padded_vocab_, tc.hidden_size},
                        ParamInit::normal, tc.init_method_std, true, Split{0, 1});
   copy->pipeline_holders = {0, info_.pipeline.size - 1};
+  copy->narrowable = true;  // the last stage's copy only feeds the output layer
   return copy;
 }
 

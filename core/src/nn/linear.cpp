@@ -17,6 +17,7 @@ Linear Linear::declare(ParamFactory& factory, const std::string& prefix, std::in
                                                                 : Split{};
   l.weight = &factory.declare(prefix + ".weight", {out, in}, ParamInit::normal, init_std, true,
                               weight_split);
+  l.weight->narrowable = true;
   if (bias) {
     const Split bias_split = parallel == TensorParallel::column ? Split{0, blocks} : Split{};
     l.bias = &factory.declare(prefix + ".bias", {out}, ParamInit::zeros, 0, false, bias_split);
@@ -39,6 +40,7 @@ Linear Linear::declare_column_blocks(ParamFactory& factory, const std::string& p
   const Split split{0, static_cast<int>(blocks.size()), blocks};
   l.weight =
       &factory.declare(prefix + ".weight", {out, in}, ParamInit::normal, init_std, true, split);
+  l.weight->narrowable = true;
   if (bias) l.bias = &factory.declare(prefix + ".bias", {out}, ParamInit::zeros, 0, false, split);
   return l;
 }

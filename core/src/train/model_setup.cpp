@@ -29,6 +29,7 @@ ModelBuildInfo model_build_info(ParallelState& parallel, const config::CoreConfi
   if (pipeline.pipeline_size > 1) {
     info.pipeline.rank = parallel.pp_rank();
     info.pipeline.size = pipeline.pipeline_size;
+    info.pipeline.comm = &parallel.device_comm(Group::pipeline);
     for (int c = 0; c < pipeline.virtual_size; ++c)
       info.pipeline.chunks.push_back(stage_layers(pipeline, parallel.pp_rank(), c));
   }

@@ -41,6 +41,9 @@ class Embedding {
   std::int64_t vocab_start() const;
 
  private:
+  // out (N, h) = this rank's word-embedding rows of ids (zero outside its slice), widened to
+  // out's dtype when the table is held narrower (bf16 weights for generation).
+  void lookup_words(Backend& be, const Tensor& ids, Tensor& out) const;
   // (rows) i32 on the backend's device for the `rows` token rows starting at global row
   // `first_row`: row i -> i / B.
   Tensor positions(Backend& backend, const Tensor& ids, std::int64_t first_row,

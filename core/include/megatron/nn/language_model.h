@@ -23,8 +23,9 @@ class LanguageModel : public LayerStackModel {
   // Evaluation-mode logits (B, S, padded vocab) on the host, for reference comparisons (one rank,
   // no tensor or pipeline parallelism).
   Tensor logits(const Batch& batch);
-  // Incremental decoding (see can_decode / start_decoding): the logits (B, padded vocab) on the
-  // host after the last of `tokens` (B, S_new) i32, the tokens at positions state.past onwards
+  // Incremental decoding (see can_decode / start_decoding; every rank of the model calls it with
+  // the same tokens): the logits (B, padded vocab) on the host after the last of `tokens`
+  // (B, S_new) i32, the tokens at positions state.past onwards
   // (a prompt, then one token a step); advances state.past. `every_position`: the logits after
   // each of them, (B, S_new, padded vocab) (a prompt's log-probabilities).
   Tensor decode(DecodeState& state, const Tensor& tokens, bool every_position = false);
@@ -57,8 +58,9 @@ class LanguageModel : public LayerStackModel {
   // Embeds ids (S, B) on the device whose token (s, b) is at position positions[s * B + b].
   Tensor embed_at(const LayerContext& ctx, const Tensor& ids,
                   const std::vector<std::int32_t>& positions);
-  // normed rows (n, h) -> logits (n, padded vocab) on the host.
-  Tensor host_logits(Backend& be, const Tensor& normed);
+  // normed rows (n, h) on the last pipeline stage (undefined on the others) -> logits
+  // (n, padded vocab) on the host of every rank.
+  Tensor host_logits(Backend& be, const Tensor& normed, std::int64_t n);
 
   std::string name_;
   Embedding embedding_;                // first virtual stage

@@ -49,15 +49,16 @@ class LayerStack {
   // Every held layer's Layer::end_training_iteration, in layer order.
   void end_training_iteration(Backend& backend, Communicator* data);
 
-  // Incremental decoding of a stack held whole (one chunk): whether every layer can, each
-  // layer's caches, and the layers in order on the next tokens (Layer::forward_cached).
+  // Incremental decoding of the layers this rank holds (any chunks): whether every held layer
+  // can, the caches (one entry per layer of the model, empty for layers held elsewhere), and the
+  // layers of chunk `chunk` in order on the next tokens (Layer::forward_cached).
   bool can_decode() const;
   std::vector<Layer::Caches> start_caches(Backend& backend, std::int64_t batch,
                                           std::int64_t max_tokens, DType dtype) const;
-  Tensor forward_cached(const LayerContext& ctx, Tensor x, const LayerInputs& inputs,
+  Tensor forward_cached(const LayerContext& ctx, int chunk, Tensor x, const LayerInputs& inputs,
                         std::vector<Layer::Caches>& caches, std::int64_t past) const;
-  // Layer::forward_ragged layer by layer: caches[b] are sequence b's (one per layer).
-  Tensor forward_ragged(const LayerContext& ctx, Tensor x, const LayerInputs& shared,
+  // Layer::forward_ragged layer by layer through chunk `chunk`: caches[b] are sequence b's.
+  Tensor forward_ragged(const LayerContext& ctx, int chunk, Tensor x, const LayerInputs& shared,
                         const std::vector<LayerInputs>& columns,
                         const std::vector<std::vector<Layer::Caches>*>& caches,
                         std::span<const std::int64_t> past) const;

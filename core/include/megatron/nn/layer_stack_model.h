@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -82,13 +83,13 @@ class LayerStackModel : public Model {
   // hidden states (S * B rows, h), row s * B + b, on the model's device.
   Tensor final_hidden(const Batch& batch);
 
-  // Incremental decoding (one rank holding the whole model): whether every layer's blocks can
-  // (Mixer::decoding), and the caches for `batch` sequences of up to `max_tokens` tokens (at most
-  // the sequence length the model was built for).
+  // Incremental decoding (any tensor and pipeline layout, no sequence parallelism): whether every
+  // held layer's blocks can (Mixer::decoding), and the caches of this rank's layers for `batch`
+  // sequences of up to `max_tokens` tokens (at most the sequence length the model was built for).
   bool can_decode() const;
   struct DecodeState {
-    std::vector<Layer::Caches> caches;
-    std::int64_t past = 0;  // tokens decoded so far
+    std::vector<Layer::Caches> caches;  // per layer of the model; empty where held elsewhere
+    std::int64_t past = 0;              // tokens decoded so far
     std::int64_t batch = 0, max_tokens = 0;
   };
   DecodeState start_decoding(std::int64_t batch, std::int64_t max_tokens) const;
@@ -132,16 +133,20 @@ class LayerStackModel : public Model {
   virtual Tensor post_backward(const LayerContext& ctx, ProcessState* state) = 0;
 
   // ---- what the plugin may use ---------------------------------------------------------------
-  // Evaluation mode: the layers (cached) and the final norm on x (S_new, B, h), the tokens after
-  // the state's past ones -> normed rows (S_new * B, h); the rotary tables in `inputs` must be
-  // those positions'. Does not advance state.past.
-  Tensor decode_layers(const LayerContext& ctx, const Tensor& x, const LayerInputs& inputs,
+  // Evaluation mode: the layers (cached) and the final norm on x (S_new, B, h) from embed(), the
+  // S_new = new_tokens tokens after the state's past ones -> normed rows (S_new * B, h); the
+  // rotary tables in `inputs` must be those positions'. Does not advance state.past. With
+  // pipeline stages every rank of the pipeline calls it: embed() runs on the first stage only,
+  // each other chunk receives its input from the previous virtual stage, and only the last stage
+  // returns the normed rows (the others an undefined tensor).
+  Tensor decode_layers(const LayerContext& ctx, std::int64_t new_tokens,
+                       const std::function<Tensor()>& embed, const LayerInputs& inputs,
                        DecodeState& state) const;
-  // Continuous batching: x (1, n, h) one new token of each of n sequences, states[b] sequence
-  // b's own (one sequence each, at its own past); `columns[b]` its positions' inputs ->
-  // normed rows (n, h). Does not advance the pasts.
-  Tensor decode_layers_ragged(const LayerContext& ctx, const Tensor& x, const LayerInputs& shared,
-                              const std::vector<LayerInputs>& columns,
+  // Continuous batching: embed() gives x (1, n, h), one new token of each of n sequences,
+  // states[b] sequence b's own (one sequence each, at its own past); `columns[b]` its positions'
+  // inputs -> normed rows (n, h) (pipeline stages as decode_layers). Does not advance the pasts.
+  Tensor decode_layers_ragged(const LayerContext& ctx, const std::function<Tensor()>& embed,
+                              const LayerInputs& shared, const std::vector<LayerInputs>& columns,
                               std::span<DecodeState* const> states) const;
   const ModelBuildInfo& info() const { return info_; }
   const TensorParallelism& tp() const { return tp_; }
@@ -183,6 +188,12 @@ class LayerStackModel : public Model {
   };
   void declare_all(ParamFactory& factory, const std::vector<LayerRange>& chunks, bool pre,
                    bool post);
+  // Decoding's walk through this rank's chunks in pipeline order: x of `shape` from embed() on
+  // the first virtual stage, else from the previous one; run(chunk, x) each chunk's layers; the
+  // output to the next virtual stage, or the final norm's rows on the last.
+  Tensor decode_stages(const LayerContext& ctx, const Shape& shape,
+                       const std::function<Tensor()>& embed,
+                       const std::function<Tensor(int, const Tensor&)>& run) const;
 
   std::string name_, stack_prefix_, final_norm_name_;
   ModelBuildInfo info_;

@@ -66,8 +66,12 @@ struct Parameter {
   float init_std = 0;                                 // for ParamInit::normal
   float init_low = 0, init_high = 0, init_floor = 0;  // for the uniform kinds
   bool weight_decay = true;  // false for biases and norm weights (Megatron's no-decay group)
-  Tensor value;              // this rank's shard; the fp32 master copy (or f64 in gradient tests)
-  Tensor grad;               // same shape and dtype as value; accumulated over micro-batches
+  // Read only as a GEMM's input (cast to the compute dtype there anyway: linear and expert
+  // weights, an output layer) or as embedding rows (widened after the lookup: word embeddings):
+  // generation with bf16/fp16 compute may hold it in that dtype alone (inference/held_weights.h).
+  bool narrowable = false;
+  Tensor value;  // this rank's shard; the fp32 master copy (or f64 in gradient tests)
+  Tensor grad;   // same shape and dtype as value; accumulated over micro-batches
 };
 
 // Note [Tensor-parallel shards]

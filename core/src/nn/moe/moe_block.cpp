@@ -63,6 +63,7 @@ void MoeBlock::declare(ParamFactory& factory, const std::string& prefix,
                                  ParamInit::normal, config.init_method_std, moe.routing.topk);
   fc2 = &factory.declare_experts(prefix + ".experts.linear_fc2.weight", {e, h, f},
                                  ParamInit::normal, config.output_init_std(), moe.routing.topk);
+  fc1->narrowable = fc2->narrowable = true;
   if (moe.shared_expert_ffn > 0) {
     TransformerConfig shared = config;
     shared.ffn_hidden_size = moe.shared_expert_ffn;
