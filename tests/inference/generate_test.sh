@@ -11,7 +11,8 @@
 # reference's too (--top-logprobs 5).
 # With tensor parallelism (mpirun -np 2, rank 0 leading, rank 1 following) the rope GPT and the
 # hybrid give one rank's greedy tokens, the tasks' GPT one rank's seeded samples; with pipeline
-# parallelism (PP2, and TP2 x PP2 interleaved on 4 ranks) one rank's tokens and log-probabilities.
+# parallelism (PP2, and TP2 x PP2 interleaved on 4 ranks) one rank's tokens and log-probabilities,
+# and PP2 one rank's seeded samples. bf16 weights hold about half the memory.
 #   generate_test.sh MEGATRON_APP WORK_DIR TASKS_GPT_CHECKPOINT_DIR MPIEXEC
 set -euo pipefail
 app=$1 work=$2 tasks_dir=$3 mpiexec=$4
@@ -191,6 +192,8 @@ cmp "$work/seed1.json" "$work/seed1_again.json" || fail "the same seed sampled d
 ! cmp -s "$work/seed1.json" "$work/seed2.json" || fail "seeds 1 and 2 sampled the same text"
 tp2_generate "$configs/gpt_tiny.toml" "$work/seed1_tp2.json" "${sample[@]}" --seed 1
 same_tokens "$work/seed1.json" "$work/seed1_tp2.json" || fail "TP2 sampled differently from one rank"
+mpi_generate 2 "$configs/gpt_tiny.toml" "$work/seed1_pp2.json" "${sample[@]}" "${pp2[@]}" --seed 1
+same_tokens "$work/seed1.json" "$work/seed1_pp2.json" || fail "PP2 sampled differently from one rank"
 generate "$configs/gpt_tiny.toml" "$work/greedy_hot.json" "${tasks[@]}" "${prompts[@]}" \
   --top-k 1 --tokens-to-generate 16 --temperature 7
 cmp "$work/tasks.json" "$work/greedy_hot.json" || fail "greedy depends on the temperature"
