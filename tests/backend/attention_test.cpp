@@ -1,6 +1,7 @@
 // Conformance of fused attention_forward/backward against a plain fp64 softmax-attention
 // reference: causal (bottom-right aligned) and not, Sq == Sk and Sq != Sk, odd sizes, GQA/MQA,
 // (S, B, H, D)-permuted views, Philox dropout, lse; gradients against finite differences in fp64;
+// the online-softmax merge of two key parts (attention_merge);
 // determinism across runs and thread counts; every CPU instruction-set variant; bad arguments.
 #include <cmath>
 #include <limits>
@@ -230,6 +231,44 @@ void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
     for (const std::string& part : parts) {
       EXPECT_NE(message.find(part), std::string::npos)
           << "'" << message << "' lacks '" << part << "'";
+    }
+  }
+}
+
+// attention_merge (ring attention's online softmax): attention over the first keys merged with
+// attention over the rest equals attention over all of them; a part in which a query sees no key
+// (lse -inf: sample 0's second part padded away) leaves it as it was. Both orders.
+TEST_P(AttentionTest, MergeOfTwoKeyPartsEqualsAllKeys) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const Config c{2, 5, 9, 4, 2, 8, false};
+    SCOPED_TRACE(c.name() + " " + std::string(dtype_name(dtype)));
+    const Inputs in = make_inputs(c, dtype, 30);
+    std::vector<std::uint8_t> padding(static_cast<std::size_t>(c.batch * c.seq_k), 0);
+    for (std::int64_t j = 4; j < c.seq_k; ++j)
+      padding[static_cast<std::size_t>(j)] = 1;  // sample 0 sees keys 0-3 only
+    // The expected: the kernel over all keys (its masks are checked against the fp64 reference
+    // in attention_mask_test).
+    AttentionParams whole = c.params();
+    whole.key_padding_mask = upload(Tensor::from(padding, {c.batch, c.seq_k}));
+    const Tensor q = upload(in.q), k = upload(in.k), v = upload(in.v);
+    Tensor all_out = empty(c.q_shape(), dtype), all_lse = empty(c.lse_shape(), dtype);
+    be().attention_forward(q, k, v, whole, all_out, all_lse);
+    for (const bool first_part_first : {true, false}) {
+      Tensor out[2], lse[2];
+      for (int part = 0; part < 2; ++part) {
+        const std::int64_t start = part == 0 ? 0 : 4, len = part == 0 ? 4 : c.seq_k - 4;
+        AttentionParams p = c.params();
+        p.key_padding_mask =
+            upload(Tensor::from(padding, {c.batch, c.seq_k}).slice(1, start, len).contiguous());
+        out[part] = empty(c.q_shape(), dtype);
+        lse[part] = empty(c.lse_shape(), dtype);
+        be().attention_forward(q, k.slice(1, start, len), v.slice(1, start, len), p, out[part],
+                               lse[part]);
+      }
+      const int into = first_part_first ? 0 : 1;
+      be().attention_merge(out[into], lse[into], out[1 - into], lse[1 - into]);
+      EXPECT_TRUE(all_close(download(out[into]), download(all_out), forward_tolerance(dtype)));
+      EXPECT_TRUE(all_close(download(lse[into]), download(all_lse), forward_tolerance(dtype)));
     }
   }
 }

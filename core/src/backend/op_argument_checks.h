@@ -80,6 +80,23 @@ inline void check_attention_bshd(const char* op, const char* name, const Tensor&
   check_last_dim_contiguous(op, name, t);
 }
 
+// attention_merge's arguments: out, part_out (B, S, H, D) of one float dtype on `device`, lse and
+// part_lse (B, H, S) of the same dtype.
+inline void check_attention_merge(const char* op, const Tensor& out, const Tensor& lse,
+                                  const Tensor& part_out, const Tensor& part_lse, Device device) {
+  check_dtype(op, "out", out, {DType::f32, DType::f64});
+  check_attention_bshd(op, "out", out, out, device);
+  check_attention_bshd(op, "part_out", part_out, out, device);
+  check_same_shape(op, "part_out", part_out, "out", out);
+  const Shape bhs{out.size(0), out.size(2), out.size(1)};
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"lse", &lse}, {"part_lse", &part_lse}}) {
+    check_device(op, name, *t, device);
+    check_same_dtype(op, name, *t, "out", out);
+    check_shape(op, name, *t, bhs);
+  }
+}
+
 // params.key_padding_mask, when given: (B, Sk) u8, contiguous, on `device`.
 inline void check_key_padding_mask(const char* op, const Tensor& mask, const AttentionShapes& s,
                                    Device device) {

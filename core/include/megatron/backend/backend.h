@@ -190,6 +190,15 @@ class Backend {
                                   const AttentionParams& params, Tensor& dq, Tensor& dk, Tensor& dv,
                                   Tensor* dbias = nullptr) = 0;
 
+  // Online-softmax merge (ring attention): out (B, S, H, D) and lse (B, H, S) hold attention of
+  // some queries over one set of keys, part_out and part_lse the same queries over another set;
+  // afterwards out and lse hold attention over both: lse' = log(exp(lse) + exp(part_lse)),
+  // out' = out exp(lse - lse') + part_out exp(part_lse - lse'). A row with lse -inf (no key seen)
+  // takes the part's; a part row with -inf changes nothing. One float dtype (f32, f64); any
+  // strides with the last dimension of out and part_out contiguous.
+  virtual void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out,
+                               const Tensor& part_lse) = 0;
+
   // ---- rotary position embedding ------------------------------------------------------------
   // x, y (B, S, H, D); cos, sin (S, R) with R <= D even: the first R features of each head are
   // rotated in Megatron's non-interleaved ("rotate half") form, the rest pass through:

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -378,6 +379,37 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
     p.dq = attention::bshd<T>(dq), p.dk = attention::bshd<T>(dk), p.dv = attention::bshd<T>(dv);
     if (dbias && dbias->numel() > 0) p.dbias = static_cast<T*>(dbias->raw_data());
     attention::backward(p);
+  });
+}
+
+void CpuBackend::attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out,
+                                 const Tensor& part_lse) {
+  constexpr const char* op = "attention_merge";
+  ops::check_attention_merge(op, out, lse, part_out, part_lse, Device::cpu());
+  const std::int64_t b_n = out.size(0), s_n = out.size(1), h_n = out.size(2), d_n = out.size(3);
+  dispatch_float(op, out.dtype(), [&]<typename T>() {
+    const attention::Bshd<T> o = attention::bshd<T>(out);
+    const attention::Bshd<const T> po = attention::bshd<const T>(part_out);
+    const attention::Bhs<T> l = attention::bhs<T>(lse);
+    const attention::Bhs<const T> pl = attention::bhs<const T>(part_lse);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (std::int64_t b = 0; b < b_n; ++b)
+      for (std::int64_t h = 0; h < h_n; ++h)
+        for (std::int64_t s = 0; s < s_n; ++s) {
+          T& lse_row = l.at(b, h, s);
+          const T part = pl.at(b, h, s);
+          if (part == -std::numeric_limits<T>::infinity()) continue;
+          const T merged =
+              lse_row == -std::numeric_limits<T>::infinity()
+                  ? part
+                  : std::max(lse_row, part) + std::log1p(std::exp(-std::abs(lse_row - part)));
+          const T keep = std::exp(lse_row - merged), take = std::exp(part - merged);
+          T* row = o.row(b, s, h);
+          const T* part_row = po.row(b, s, h);
+          for (std::int64_t d = 0; d < d_n; ++d)
+            row[d] = row[d] * keep + part_row[d] * take;
+          lse_row = merged;
+        }
   });
 }
 

@@ -67,6 +67,8 @@ class CpuBackend final : public Backend {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const AttentionParams& params,
                           Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dbias = nullptr) override;
+  void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out,
+                       const Tensor& part_lse) override;
 
   // rotary.cpp
   void rotary_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override;

@@ -450,6 +450,28 @@ unsigned blocks_of(std::int64_t n) {
   return static_cast<unsigned>((n + kWarps - 1) / kWarps);
 }
 
+// attention_merge: one thread per (b, h, s) row.
+template <typename T>
+__global__ void merge_kernel(std::int64_t batch, std::int64_t heads, std::int64_t seq,
+                             std::int64_t dim, Bshd<T> out, Bhs<T> lse, Bshd<const T> part_out,
+                             Bhs<const T> part_lse) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= batch * heads * seq) return;
+  const std::int64_t s = i % seq, h = i / seq % heads, b = i / seq / heads;
+  T& lse_row = lse.at(b, h, s);
+  const T part = part_lse.at(b, h, s);
+  const T kMinusInf = negative_infinity<T>();
+  if (part == kMinusInf) return;
+  const T merged =
+      lse_row == kMinusInf ? part : fmax(lse_row, part) + log1p(exp(-fabs(lse_row - part)));
+  const T keep = exp(lse_row - merged), take = exp(part - merged);
+  T* row = out.row(b, s, h);
+  const T* part_row = part_out.row(b, s, h);
+  for (std::int64_t d = 0; d < dim; ++d)
+    row[d] = row[d] * keep + part_row[d] * take;
+  lse_row = merged;
+}
+
 }  // namespace
 
 void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -541,6 +563,20 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
         dkdv_bytes, stream_, p, scale, bshd<const T>(q), bshd<const T>(k), bshd<const T>(v),
         bshd<const T>(dout), bhs<const T>(lse), static_cast<const T*>(row_dots), bshd<T>(dk),
         bshd<T>(dv), score_bias<T>(params));
+  });
+}
+
+void CudaBackend::attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out,
+                                  const Tensor& part_lse) {
+  constexpr const char* op = "attention_merge";
+  ops::check_attention_merge(op, out, lse, part_out, part_lse, device());
+  const std::int64_t b = out.size(0), s = out.size(1), h = out.size(2), d = out.size(3);
+  if (b * s * h == 0) return;
+  DeviceGuard guard(ordinal_);
+  dispatch_float(op, out.dtype(), [&]<typename T>() {
+    merge_kernel<T><<<grid_for(b * h * s), kThreads, 0, stream_>>>(
+        b, h, s, d, bshd<T>(out), bhs<T>(lse), bshd<const T>(part_out), bhs<const T>(part_lse));
+    check_launch(op);
   });
 }
 

@@ -132,6 +132,8 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const AttentionParams& params,
                           Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dbias = nullptr) override;
+  void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out,
+                       const Tensor& part_lse) override;
 
   // rotary.cu
   void rotary_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override;
