@@ -99,23 +99,26 @@ void check_memory(Session& session, MpiRuntime& runtime, const Device& device,
                      budget.source.empty() ? "no limit known" : budget.source);
   if (need <= budget.rank_bytes) return;
 
+  const std::string context = parallel.context_parallel_size > 1
+                                  ? fmt::format(" x context {}", parallel.context_parallel_size)
+                                  : std::string();
   std::string message = fmt::format(
-      "memory pre-flight: each rank of this run (tensor {} x pipeline {} x data {}) needs {} for "
+      "memory pre-flight: each rank of this run (tensor {} x pipeline {}{} x data {}) needs {} for "
       "weights, gradients, optimizer state and activations, as `megatron-app plan` computes it, "
       "but this rank can use {} ({} {}, shared by {} rank(s) {}). ",
-      parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size, data_parallel,
-      train::format_bytes(need), train::format_bytes(budget.rank_bytes), budget.source,
-      train::format_bytes(budget.node_bytes), budget.sharing,
+      parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size, context,
+      data_parallel, train::format_bytes(need), train::format_bytes(budget.rank_bytes),
+      budget.source, train::format_bytes(budget.node_bytes), budget.sharing,
       device.is_cuda() ? "using " + device.str() : std::string("on this node"));
   const std::optional<Candidate> fit =
       smallest_fitting(session, runtime, plan.dims.num_layers, data_parallel, budget.rank_bytes);
   if (fit) {
     message += fmt::format(
-        "The smallest layout that fits in {} per rank is tensor {} x pipeline {} x data {} ({} "
+        "The smallest layout that fits in {} per rank is tensor {} x pipeline {}{} x data {} ({} "
         "ranks, {} each): `megatron-app plan --config {} --set "
         "parallel.tensor_model_parallel_size={} --set parallel.pipeline_model_parallel_size={}` "
         "shows it. ",
-        train::format_bytes(budget.rank_bytes), fit->tensor, fit->pipeline, data_parallel,
+        train::format_bytes(budget.rank_bytes), fit->tensor, fit->pipeline, context, data_parallel,
         std::int64_t(fit->tensor) * fit->pipeline * parallel.context_parallel_size * data_parallel,
         train::format_bytes(fit->need), config_file, fit->tensor, fit->pipeline);
   } else {

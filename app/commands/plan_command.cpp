@@ -62,10 +62,12 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   const std::int64_t world =
       layout.tensor * layout.pipeline * core.parallel.context_parallel_size * data_parallel;
   std::cout << model->describe() << "\n";
+  const std::string context =
+      layout.context > 1 ? fmt::format(" x context {}", layout.context) : std::string();
   std::cout << fmt::format(
-      "layout: tensor {} x pipeline {} x data {} = {} ranks; micro batch {}, global batch {} "
+      "layout: tensor {} x pipeline {}{} x data {} = {} ranks; micro batch {}, global batch {} "
       "({} micro-batches per rank); {}\n",
-      layout.tensor, layout.pipeline, layout.data, world, layout.micro_batch_size,
+      layout.tensor, layout.pipeline, context, layout.data, world, layout.micro_batch_size,
       run.global_batch_size, layout.num_micro_batches, precision);
   std::cout << "total parameters: " << thousands(plan.total_parameters) << "\n";
   if (plan.active_parameters != plan.total_parameters) {
@@ -81,9 +83,11 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
   std::cout << fmt::format(
       "weights + gradients + optimizer state per rank (largest stage, {} parameters):\n"
       "  without the distributed optimizer: {} ({:g} bytes/parameter)\n"
-      "  with the distributed optimizer over {} data-parallel ranks: {} ({:.4g} bytes/parameter)\n",
+      "  with the distributed optimizer over {} data-parallel{} ranks: {} ({:.4g} "
+      "bytes/parameter)\n",
       thousands(plan.max_rank_parameters), train::format_bytes(n * plan.bytes_per_parameter),
-      plan.bytes_per_parameter, data_parallel,
+      plan.bytes_per_parameter, data_parallel * layout.context,
+      layout.context > 1 ? " x context-parallel" : "",
       train::format_bytes(n * plan.bytes_per_parameter_distributed),
       plan.bytes_per_parameter_distributed);
   std::cout << fmt::format(
@@ -92,8 +96,10 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
       plan.gradient_buckets, thousands(plan.distributed_buffer_elements),
       thousands(plan.max_optimizer_shard_elements));
   std::cout << fmt::format(
-      "activations per rank (first stage, micro-batches in flight, 16-bit):\n"
+      "activations per rank (first stage, micro-batches in flight, 16-bit{}):\n"
       "  no recomputation: {}\n  selective recomputation: {}\n  full recomputation: {}\n",
+      layout.context > 1 ? fmt::format(", 1/{} of each sequence's tokens", layout.context)
+                         : std::string(),
       train::format_bytes(plan.activations_no_recompute),
       train::format_bytes(plan.activations_selective), train::format_bytes(plan.activations_full));
   std::cout << fmt::format(

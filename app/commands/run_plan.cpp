@@ -80,6 +80,7 @@ RunPlan plan_run(Session& session, MpiRuntime& runtime, const config::ParallelCo
   layout.tensor = parallel.tensor_model_parallel_size;
   layout.pipeline = parallel.pipeline_model_parallel_size;
   layout.data = data_parallel;
+  layout.context = parallel.context_parallel_size;
   layout.expert = parallel.expert_model_parallel_size;
   // Megatron carves the expert-parallel group out of the data-parallel ranks (expert tensor
   // parallelism = tensor parallelism here).

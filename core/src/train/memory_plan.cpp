@@ -100,16 +100,17 @@ MemoryPlan plan_memory(const std::vector<StageParameters>& stage_params, const M
   // The distributed optimizer's shards as training cuts them (buckets padded to lcm(dp, 128));
   // expert tensors form a buffer of their own over the expert-data-parallel ranks, as Megatron's.
   BufferLayout buffer;
-  plan.max_optimizer_shard_elements =
-      largest_shard(stage_numels[largest], stage_shared[largest], layout.data, layout, &buffer);
+  plan.max_optimizer_shard_elements = largest_shard(stage_numels[largest], stage_shared[largest],
+                                                    layout.data * layout.context, layout, &buffer);
   plan.distributed_buffer_elements = buffer.numel;
   plan.gradient_buckets = static_cast<std::int64_t>(buffer.buckets.size());
   const std::vector<std::int64_t>& experts = stage_expert_numels[largest];
   if (!experts.empty()) {
     BufferLayout expert_buffer;
-    plan.max_optimizer_shard_elements += largest_shard(
-        experts, std::vector<bool>(experts.size(), false),
-        std::max<std::int64_t>(layout.data / layout.expert, 1), layout, &expert_buffer);
+    plan.max_optimizer_shard_elements +=
+        largest_shard(experts, std::vector<bool>(experts.size(), false),
+                      std::max<std::int64_t>(layout.data * layout.context / layout.expert, 1),
+                      layout, &expert_buffer);
     plan.distributed_buffer_elements += expert_buffer.numel;
     plan.gradient_buckets += static_cast<std::int64_t>(expert_buffer.buckets.size());
   }
@@ -122,7 +123,10 @@ MemoryPlan plan_memory(const std::vector<StageParameters>& stage_params, const M
   // as Megatron writes it) with selective recomputation, 2sbh/t per layer input with full
   // recomputation plus one layer's working set. The first stage holds `pp` micro-batches in
   // flight under 1F1B, i.e. L layers' worth in total (Megatron's theoretical_memory_usage).
-  const double s = static_cast<double>(d.seq_length),
+  // Context parallelism: each rank's tokens are s / cp (its queries see all s keys in the score
+  // term).
+  const double s_all = static_cast<double>(d.seq_length);
+  const double s = s_all / static_cast<double>(layout.context),
                b = static_cast<double>(layout.micro_batch_size);
   const double h = static_cast<double>(d.hidden_size),
                a = static_cast<double>(d.num_attention_heads);
@@ -130,7 +134,7 @@ MemoryPlan plan_memory(const std::vector<StageParameters>& stage_params, const M
   const double layers = static_cast<double>(d.num_layers);
   const double sbh = s * b * h;
   const double selective_layer = sbh * (18 + 4 * ffn_ratio);
-  const double full_layer = selective_layer + 5 * a * s * s * b;
+  const double full_layer = selective_layer + 5 * a * s * s_all * b;
   double in_flight = 1.0;
   if (pp > 1) {
     in_flight =

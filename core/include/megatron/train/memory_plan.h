@@ -18,6 +18,9 @@ enum class Precision { fp32, bf16, fp16 };
 
 struct PlanLayout {
   std::int64_t tensor = 1, pipeline = 1, data = 1;
+  // Context parallelism: each rank holds seq / context tokens of every sequence (its activations
+  // shrink by that factor) and the distributed optimizer shards over data x context ranks.
+  std::int64_t context = 1;
   // Expert parallelism: expert tensors (Parameter::experts) split over `expert` ranks, their
   // optimizer state over the expert-data-parallel ranks, data / expert.
   std::int64_t expert = 1;
