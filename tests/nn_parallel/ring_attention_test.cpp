@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <random>
 #include <vector>
 
@@ -19,21 +18,11 @@
 namespace megatron::nn {
 namespace {
 
-std::optional<ParallelState> g_state;
-class ReleaseState : public ::testing::Environment {
- public:
-  void TearDown() override { g_state.reset(); }
-};
-[[maybe_unused]] ::testing::Environment* const g_release =
-    ::testing::AddGlobalTestEnvironment(new ReleaseState);
-
 ContextParallelism context_group() {
-  if (!g_state) {
-    ParallelSizes sizes;
-    sizes.context = test::mpi_runtime().world_size();
-    g_state.emplace(ParallelState::create(test::mpi_runtime(), sizes));
-  }
-  return {&g_state->device_comm(Group::context), g_state->cp_rank(), g_state->cp_size()};
+  ParallelSizes sizes;
+  sizes.context = test::mpi_runtime().world_size();
+  ParallelState& state = test::world_parallel_state(sizes);
+  return {&state.device_comm(Group::context), state.cp_rank(), state.cp_size()};
 }
 
 constexpr std::int64_t kBatch = 2, kChunk = 3, kHeadsQ = 4, kHeadsKv = 2, kDim = 8;

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <random>
 #include <vector>
 
@@ -16,26 +15,10 @@
 
 namespace megatron::tp_test {
 
-namespace {
-std::optional<ParallelState> g_state;
-
-// The group's communicators must go before MPI does: drop them when the tests end, while the
-// runtime main() created is still alive.
-class ReleaseState : public ::testing::Environment {
- public:
-  void TearDown() override { g_state.reset(); }
-};
-[[maybe_unused]] ::testing::Environment* const g_release =
-    ::testing::AddGlobalTestEnvironment(new ReleaseState);
-}  // namespace
-
 ParallelState& state() {
-  if (!g_state) {
-    ParallelSizes sizes;
-    sizes.tensor = test::mpi_runtime().world_size();
-    g_state.emplace(ParallelState::create(test::mpi_runtime(), sizes));
-  }
-  return *g_state;
+  ParallelSizes sizes;
+  sizes.tensor = test::mpi_runtime().world_size();
+  return test::world_parallel_state(sizes);
 }
 
 nn::TensorParallelism tensor_group(bool sequence_parallel) {

@@ -5,13 +5,24 @@
 
 #include <cstdio>
 #include <exception>
+#include <optional>
 
+#include "megatron/error.h"
 #include "mpi_test_main.h"
 
 namespace megatron::test {
 namespace {
 
 MpiRuntime* g_runtime = nullptr;
+std::optional<ParallelState> g_state;
+ParallelSizes g_sizes;
+
+class ReleaseState : public ::testing::Environment {
+ public:
+  void TearDown() override { g_state.reset(); }
+};
+[[maybe_unused]] ::testing::Environment* const g_release =
+    ::testing::AddGlobalTestEnvironment(new ReleaseState);
 
 // On ranks other than 0 only failures are printed, prefixed by the rank, to keep the log readable.
 class FailurePrinter : public ::testing::EmptyTestEventListener {
@@ -33,6 +44,18 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 MpiRuntime& mpi_runtime() {
   if (g_runtime == nullptr) std::terminate();  // only main() sets it, before any test runs
   return *g_runtime;
+}
+
+ParallelState& world_parallel_state(const ParallelSizes& sizes) {
+  if (!g_state) {
+    g_state.emplace(ParallelState::create(mpi_runtime(), sizes));
+    g_sizes = sizes;
+  } else if (sizes.tensor != g_sizes.tensor || sizes.pipeline != g_sizes.pipeline ||
+             sizes.context != g_sizes.context || sizes.expert != g_sizes.expert ||
+             sizes.expert_tensor != g_sizes.expert_tensor || sizes.order != g_sizes.order) {
+    throw Error("world_parallel_state: this test binary's parallel state has other sizes");
+  }
+  return *g_state;
 }
 
 }  // namespace megatron::test

@@ -114,18 +114,51 @@ AttentionParams block_params(Backend& be, const AttentionParams& params, const H
   return p;
 }
 
-// The CP ring: each rank sends to the next and receives from the previous.
-struct Ring {
-  const ContextParallelism& cp;
-  // Starts sending `out` on and receiving the previous rank's into `in` (same shape).
-  std::pair<CommHandle, CommHandle> pass(const Tensor& out, Tensor& in, int tag) const {
-    const auto count = static_cast<std::size_t>(out.numel());
-    CommHandle send =
-        cp.comm->send_async(out.raw_data(), count, out.dtype(), (cp.rank + 1) % cp.size, tag);
-    CommHandle recv = cp.comm->recv_async(in.raw_data(), count, in.dtype(),
-                                          (cp.rank + cp.size - 1) % cp.size, tag);
-    return {std::move(send), std::move(recv)};
+// Starts sending `out` to the next rank of the ring and receiving the previous rank's into `in`
+// (same shape).
+std::pair<CommHandle, CommHandle> pass_on(const ContextParallelism& cp, const Tensor& out,
+                                          Tensor& in, int tag) {
+  const auto count = static_cast<std::size_t>(out.numel());
+  CommHandle send =
+      cp.comm->send_async(out.raw_data(), count, out.dtype(), (cp.rank + 1) % cp.size, tag);
+  CommHandle recv =
+      cp.comm->recv_async(in.raw_data(), count, in.dtype(), (cp.rank + cp.size - 1) % cp.size, tag);
+  return {std::move(send), std::move(recv)};
+}
+
+// The keys and values travelling the ring, packed as (2, B, 2c, Hkv, D): start(step) passes this
+// step's on while the block is computed, finish(step) takes the next step's.
+class TravellingKeys {
+ public:
+  TravellingKeys(Backend& be, const ContextParallelism& cp, const Tensor& k, const Tensor& v)
+      : cp_(cp), chunk_(k.size(1) / 2) {
+    const Shape& s = k.shape();
+    kv_ = be.empty({2, s[0], s[1], s[2], s[3]}, k.dtype());
+    Tensor k_slot = kv_.select(0, 0), v_slot = kv_.select(0, 1);
+    be.copy(k, k_slot);
+    be.copy(v, v_slot);
+    incoming_ = be.empty(kv_.shape(), kv_.dtype());
   }
+  void start(int step) {
+    if (step + 1 < cp_.size) passing_ = pass_on(cp_, kv_, incoming_, kKeysTag);
+  }
+  void finish(int step) {
+    if (step + 1 == cp_.size) return;
+    passing_.first.wait();
+    passing_.second.wait();
+    std::swap(kv_, incoming_);
+  }
+  // The keys (0) or values (1) as the block reads them.
+  Tensor get(int which, const Block& block) const {
+    const Tensor all = kv_.select(0, which);
+    return block.all_keys ? all : all.slice(1, 0, chunk_);
+  }
+
+ private:
+  const ContextParallelism& cp_;
+  std::int64_t chunk_;
+  Tensor kv_, incoming_;
+  std::pair<CommHandle, CommHandle> passing_;
 };
 
 void check_arguments(const char* op, const ContextParallelism& cp, const Tensor& q, const Tensor& k,
@@ -148,22 +181,6 @@ void check_arguments(const char* op, const ContextParallelism& cp, const Tensor&
     throw Error(std::string(op) + ": key_padding_mask must cover the whole sequence (B, " +
                 std::to_string(seq) + "), got " + padding.describe());
   }
-}
-
-// k and v packed as (2, B, 2c, Hkv, D), the buffer that travels.
-Tensor pack_keys(Backend& be, const Tensor& k, const Tensor& v) {
-  const Shape& s = k.shape();
-  Tensor kv = be.empty({2, s[0], s[1], s[2], s[3]}, k.dtype());
-  Tensor k_slot = kv.select(0, 0), v_slot = kv.select(0, 1);
-  be.copy(k, k_slot);
-  be.copy(v, v_slot);
-  return kv;
-}
-
-// Slot `which` (0 keys, 1 values) of the travelling buffer as the block reads it.
-Tensor block_keys(const Tensor& kv, int which, const Block& block, std::int64_t chunk) {
-  const Tensor all = kv.select(0, which);
-  return block.all_keys ? all : all.slice(1, 0, chunk);
 }
 
 Tensor block_queries(const Tensor& t, const Block& block, std::int64_t chunk) {
@@ -196,28 +213,21 @@ void ring_attention_forward(Backend& be, const ContextParallelism& cp, const Ten
   }
   const std::int64_t chunk = q.size(1) / 2, batch = q.size(0), heads = q.size(2);
   const HostMasks masks = host_masks(be, params);
-  const Ring ring{cp};
-  Tensor kv = pack_keys(be, k, v), incoming = be.empty(kv.shape(), kv.dtype());
+  TravellingKeys keys(be, cp, k, v);
   be.fill(out, 0.0);
   be.fill(lse, -std::numeric_limits<double>::infinity());
   for (int step = 0; step < cp.size; ++step) {
-    std::pair<CommHandle, CommHandle> passing;
-    if (step + 1 < cp.size) passing = ring.pass(kv, incoming, kKeysTag);
+    keys.start(step);
     const Block block = block_at(cp, step, params.causal);
     const AttentionParams bp = block_params(be, params, masks, block, cp, q, step);
     const Tensor qb = block_queries(q, block, chunk);
     Tensor part_out = be.empty(qb.shape(), q.dtype());
     Tensor part_lse = be.empty({batch, heads, qb.size(1)}, lse.dtype());
-    be.attention_forward(qb, block_keys(kv, 0, block, chunk), block_keys(kv, 1, block, chunk), bp,
-                         part_out, part_lse);
+    be.attention_forward(qb, keys.get(0, block), keys.get(1, block), bp, part_out, part_lse);
     Tensor out_rows = block_queries(out, block, chunk);
     Tensor lse_rows = block.all_queries ? lse : lse.slice(2, chunk, chunk);
     be.attention_merge(out_rows, lse_rows, part_out, part_lse);
-    if (step + 1 < cp.size) {
-      passing.first.wait();
-      passing.second.wait();
-      std::swap(kv, incoming);
-    }
+    keys.finish(step);
   }
 }
 
@@ -232,10 +242,9 @@ void ring_attention_backward(Backend& be, const ContextParallelism& cp, const Te
   }
   const std::int64_t chunk = q.size(1) / 2, heads = q.size(2);
   const HostMasks masks = host_masks(be, params);
-  const Ring ring{cp};
-  Tensor kv = pack_keys(be, k, v), incoming = be.empty(kv.shape(), kv.dtype());
+  TravellingKeys keys(be, cp, k, v);
   // Gradients accumulated per chunk, each contiguous: dq's two halves here; the travelling
-  // (4, B, c, Hkv, D) = [dk first chunk, dk second, dv first, dv second] of the keys in `kv`.
+  // (4, B, c, Hkv, D) = [dk first chunk, dk second, dv first, dv second] of the travelling keys.
   const Shape& ks = k.shape();
   Tensor dq_halves = be.empty({2, q.size(0), chunk, heads, q.size(3)}, q.dtype());
   Tensor dkv = be.empty({4, ks[0], chunk, ks[2], ks[3]}, k.dtype());
@@ -250,12 +259,11 @@ void ring_attention_backward(Backend& be, const ContextParallelism& cp, const Te
     }
   };
   for (int step = 0; step < cp.size; ++step) {
-    std::pair<CommHandle, CommHandle> passing;
-    if (step + 1 < cp.size) passing = ring.pass(kv, incoming, kKeysTag);
+    keys.start(step);
     const Block block = block_at(cp, step, params.causal);
     const AttentionParams bp = block_params(be, params, masks, block, cp, q, step);
     const Tensor qb = block_queries(q, block, chunk);
-    const Tensor kb = block_keys(kv, 0, block, chunk), vb = block_keys(kv, 1, block, chunk);
+    const Tensor kb = keys.get(0, block), vb = keys.get(1, block);
     Tensor dq_b = be.empty(qb.shape(), q.dtype());
     Tensor dk_b = be.empty(kb.shape(), k.dtype()), dv_b = be.empty(vb.shape(), v.dtype());
     be.attention_backward(
@@ -265,15 +273,11 @@ void ring_attention_backward(Backend& be, const ContextParallelism& cp, const Te
     add_chunks(dk_b, dkv, 0);
     add_chunks(dv_b, dkv, 2);
     // The key gradients go on with their keys (after the last step, on to their owner).
-    std::pair<CommHandle, CommHandle> grads = ring.pass(dkv, dkv_incoming, kKeyGradsTag);
+    std::pair<CommHandle, CommHandle> grads = pass_on(cp, dkv, dkv_incoming, kKeyGradsTag);
     grads.first.wait();
     grads.second.wait();
     std::swap(dkv, dkv_incoming);
-    if (step + 1 < cp.size) {
-      passing.first.wait();
-      passing.second.wait();
-      std::swap(kv, incoming);
-    }
+    keys.finish(step);
   }
   for (std::int64_t c = 0; c < 2; ++c) {
     Tensor dq_chunk = dq.slice(1, c * chunk, chunk), dk_chunk = dk.slice(1, c * chunk, chunk),
