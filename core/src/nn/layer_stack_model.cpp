@@ -349,7 +349,7 @@ LayerStackModel::DecodeState LayerStackModel::start_decoding(std::int64_t batch,
 }
 
 namespace {
-constexpr int kDecodeTag = 1 << 20;  // beyond the training schedule's tags
+constexpr int kDecodeTag = 16384;  // beyond the training schedule's tags, within MPI's 32767
 }  // namespace
 
 Tensor LayerStackModel::decode_stages(const LayerContext& ctx, const Shape& shape,
