@@ -325,6 +325,42 @@ TEST_P(Gemm, SameInputsGiveBitwiseIdenticalOutputs) {
   }
 }
 
+// x @ W^T, as every linear layer's forward runs it: each row of the product has the same bits
+// whether it runs alone or beside others (continuous batching decodes a sequence beside whatever
+// else is running and must give it the tokens it gets alone), from tiny to wide shapes, on one
+// thread and two.
+TEST_P(Gemm, RowsDoNotDependOnTheRowsBeside) {
+  for (int threads : {1, 2}) {
+    ScopedThreads scoped(threads);
+    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{16, 64},
+                        {384, 128},
+                        {512, 128},
+                        {128, 512},
+                        {1024, 256},
+                        {50304, 128},
+                        {1024, 4096}}) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + " N " + std::to_string(n) + " K " +
+                   std::to_string(k));
+      constexpr std::int64_t kRows = 12;
+      const Tensor x = upload(random_tensor({kRows, k}, DType::f32, 5));
+      const Tensor w = upload(random_tensor({n, k}, DType::f32, 6));
+      Tensor together = empty({kRows, n}, DType::f32);
+      be().gemm(x, false, w, true, together);
+      const Tensor all_rows = download(together);
+      for (std::int64_t m = 1; m < kRows; m += 3) {  // the first m rows, then each row alone
+        Tensor first = empty({m, n}, DType::f32);
+        be().gemm(x.slice(0, 0, m), false, w, true, first);
+        EXPECT_TRUE(bitwise_equal(download(first), all_rows.slice(0, 0, m).contiguous()))
+            << "the first " << m << " rows";
+        Tensor alone = empty({1, n}, DType::f32);
+        be().gemm(x.slice(0, m, 1), false, w, true, alone);
+        EXPECT_TRUE(bitwise_equal(download(alone), all_rows.slice(0, m, 1).contiguous()))
+            << "row " << m << " alone";
+      }
+    }
+  }
+}
+
 // The f32 library rule of gemm_policy.h, on the shapes its comment quotes, and the override the
 // tests above rely on to reach both libraries.
 TEST_P(Gemm, F32RouteFollowsDocumentedRule) {
@@ -334,6 +370,7 @@ TEST_P(Gemm, F32RouteFollowsDocumentedRule) {
     return cpu::gemm_route(Tensor::empty(a, DType::f32), ta, Tensor::empty(b, DType::f32), tb, ct);
   };
   EXPECT_EQ(route({32, 32}, false, {32, 32}, false, {32, 32}), "openblas");
+  EXPECT_EQ(route({1, 32}, false, {32, 32}, true, {1, 32}).rfind("onednn", 0), 0u);  // x @ W^T
   EXPECT_EQ(route({2048, 3072}, false, {3072, 3072}, false, {2048, 3072}), "openblas");
   EXPECT_EQ(route({3072, 512}, true, {3072, 3072}, false, {512, 3072}), "openblas");
   EXPECT_EQ(route({2048, 768}, false, {2304, 768}, true, {2048, 2304}).rfind("onednn", 0), 0u);

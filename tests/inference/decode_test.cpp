@@ -2,11 +2,13 @@
 // one token at a time, gives at every position the logits LanguageModel::logits gives for the
 // whole sequence, for a GPT with learned positions, one with rope, grouped queries, SwiGLU and
 // RMSNorm, and a MoE GPT, also when sequences at different positions decode together (continuous
-// batching) and for every position of a prompt; a capacity factor or padding-masked attention
+// batching, where what runs beside a sequence changes no bit of its logits) and for every
+// position of a prompt; a capacity factor or padding-masked attention
 // cannot decode.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -113,9 +115,61 @@ void expect_ragged_matches_recompute(const GptConfig& c) {
   }
 }
 
+// Decodes each group of five sequences together (prompts prefilled alone, then one token a
+// step with decode_ragged) and returns every decoding step's logits, by sequence and position.
+std::map<std::pair<std::int64_t, std::int64_t>, std::vector<float>> ragged_logits(
+    const GptConfig& c, const std::vector<std::vector<std::int64_t>>& groups) {
+  auto m = build(c);
+  const Batch batch = test::gpt_batch(5, kSeq, kVocab, 6, [](std::size_t) { return true; });
+  const Tensor& tokens = batch["tokens"];
+  const std::vector<std::int64_t> prompt = {2, 5, 3, 1, 4};
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<float>> out;
+  for (const auto& group : groups) {
+    std::vector<nn::LayerStackModel::DecodeState> states;
+    for (std::int64_t b : group) {
+      states.push_back(m->start_decoding(1, kSeq));
+      m->decode(states.back(), tokens.slice(0, b, 1).slice(1, 0, prompt[b]).contiguous());
+    }
+    for (;;) {
+      std::vector<nn::LayerStackModel::DecodeState*> running;
+      std::vector<std::int64_t> which;
+      std::vector<std::int32_t> next;
+      for (std::size_t i = 0; i < group.size(); ++i) {
+        if (states[i].past == kSeq) continue;
+        running.push_back(&states[i]);
+        which.push_back(group[i]);
+        next.push_back(tokens.select(0, group[i])
+                           .select(0, states[i].past)
+                           .contiguous()
+                           .to_vector<std::int32_t>()[0]);
+      }
+      if (running.empty()) break;
+      const Tensor logits = m->decode_ragged(running, next);
+      for (std::size_t i = 0; i < running.size(); ++i) {
+        out[{which[i], running[i]->past - 1}] =
+            logits.select(0, static_cast<std::int64_t>(i)).contiguous().to_vector<float>();
+      }
+    }
+  }
+  return out;
+}
+
+// What runs beside a sequence does not change its logits by a bit (the serving engine's
+// promise: a request samples the same tokens alone or in a batch).
+void expect_batching_changes_no_bit(const GptConfig& c) {
+  const auto together = ragged_logits(c, {{0, 1, 2, 3, 4}});
+  const auto alone = ragged_logits(c, {{0}, {1}, {2}, {3}, {4}});
+  ASSERT_EQ(together.size(), alone.size());
+  for (const auto& [where, logits] : together) {
+    EXPECT_TRUE(logits == alone.at(where))
+        << "sequence " << where.first << " at position " << where.second;
+  }
+}
+
 TEST(Decoding, LearnedPositionsMatchRecomputing) {
   expect_decoding_matches_recompute(tiny_config());
   expect_ragged_matches_recompute(tiny_config());
+  expect_batching_changes_no_bit(tiny_config());
 }
 
 TEST(Decoding, RopeGroupedQueriesSwigluRmsnormMatchRecomputing) {
@@ -129,6 +183,7 @@ TEST(Decoding, RopeGroupedQueriesSwigluRmsnormMatchRecomputing) {
   c.untie_embeddings_and_output_weights = true;
   expect_decoding_matches_recompute(c);
   expect_ragged_matches_recompute(c);
+  expect_batching_changes_no_bit(c);
 }
 
 GptConfig moe_config() {
@@ -146,6 +201,18 @@ GptConfig moe_config() {
 TEST(Decoding, MixtureOfExpertsMatchesRecomputing) {
   expect_decoding_matches_recompute(moe_config());
   expect_ragged_matches_recompute(moe_config());
+  expect_batching_changes_no_bit(moe_config());
+}
+
+// At the width of configs/gpt_tiny.toml, where the smaller products of a lone sequence and the
+// larger of a batch fall on either side of the CPU GEMM's size rules (gemm_policy.h).
+TEST(Decoding, BatchingChangesNoBitAtTheServedModelsWidth) {
+  GptConfig c = tiny_config();
+  c.transformer.hidden_size = 128;
+  c.transformer.kv_channels = 32;
+  c.transformer.ffn_hidden_size = 512;
+  c.transformer.init_method_std = 0.02f;
+  expect_batching_changes_no_bit(c);
 }
 
 TEST(Decoding, TokenDroppingCannotDecode) {

@@ -18,6 +18,11 @@ enum class GemmLibrary { openblas, onednn };
 
 // For a problem after batch folding (gemm.cpp); ratios are oneDNN's rate / OpenBLAS's on the
 // calibration grid:
+//   one matrix, B transposed      -> oneDNN at every size: x @ W^T, every linear layer's forward.
+//                                    oneDNN computes each row of C the same way whatever M is,
+//                                    OpenBLAS does not (M = 1 takes another path), and continuous
+//                                    batching must give a sequence the logits it gets alone
+//                                    (tests/backend/gemm_test.cpp RowsDoNotDependOnTheRowsBeside).
 //   batch*M*N*K < 64^3            -> OpenBLAS: oneDNN's per-call cost (primitive lookup, memory
 //                                    objects) outweighs the product (0.51-0.87x)
 //   batch > 1                     -> oneDNN: one primitive parallel over the batch, against a
@@ -27,10 +32,12 @@ enum class GemmLibrary { openblas, onednn };
 //   otherwise                     -> oneDNN: 0.88-1.49x (narrow N, thin K, B transposed as in
 //                                    x @ W^T); near ties it also keeps the work on the OpenMP
 //                                    threads every other CPU kernel uses.
-// Over the 110-shape grid this picks a library within 86% of the faster one on every shape (99%
-// geometric mean).
+// Over the 110-shape grid the last three rules pick a library within 86% of the faster one on
+// every shape (99% geometric mean); the first costs tiny weight products oneDNN's per-call overhead
+// (0.51-0.87x), which only decoding and toy models meet.
 inline GemmLibrary f32_library(const GemmProblem& p) {
   constexpr std::int64_t kTinyWork = 64 * 64 * 64;
+  if (p.batch == 1 && p.b.trans && !p.a.trans) return GemmLibrary::onednn;
   if (p.batch * p.m * p.n * p.k < kTinyWork) return GemmLibrary::openblas;
   if (p.batch > 1) return GemmLibrary::onednn;
   if (!p.b.trans && p.n > 2048 && p.k >= 512) return GemmLibrary::openblas;
