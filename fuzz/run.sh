@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets for a given time each, one after another, and summarises.
+# Runs the libFuzzer targets for a given time each, one a core side by side, and summarises.
 #   fuzz/run.sh [SECONDS] [TARGET...]     (default 30 s each, every target)
 # Builds build-fuzz/ with clang first (CC/CXX are set to clang here). The corpus of each run
 # starts from the recorded one (fuzz/corpus/TARGET), the seeds the target writes with the
@@ -66,14 +66,13 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=suppressions=$root/fuzz/lsan.supp:print_suppressions=0
 export OMP_WAIT_POLICY=passive
-status=0
-summary=()
-for target in "${targets[@]}"; do
-  corpus=$work/corpus/$target
+# One target's run; its summary line goes to WORK/TARGET.result (and stdout), failures' report
+# lines to stderr.
+fuzz_one() {
+  local target=$1 corpus=$work/corpus/$1 log=$work/$1.log code runs cov files artifact line
   mkdir -p "$corpus"
   [ -d "$root/fuzz/corpus/$target" ] && cp -n "$root/fuzz/corpus/$target"/* "$corpus"/ 2> /dev/null || true
   text_seeds "$target" "$corpus"
-  log=$work/$target.log
   set +e
   MEGATRON_FUZZ_SEEDS=$corpus "$build/bin/$target" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2560 -max_len="$(max_len "$target")" -print_final_stats=1 \
@@ -86,12 +85,26 @@ for target in "${targets[@]}"; do
   if [ "$code" = 0 ]; then
     line="$target: ${runs:-?} inputs in ${seconds}s, coverage ${cov:-?} edges, corpus $files files: no crash, no sanitizer report, no hang"
   else
-    status=1
     artifact=$(grep -oE "Test unit written to [^ ]+" "$log" | tail -1 | cut -d' ' -f5)
     line="$target: FAILED (exit $code) after ${runs:-?} inputs; input: ${artifact:-none}; log: $log"
     grep -E "ERROR|SUMMARY|runtime error|==ERROR|deadly|timeout|out-of-memory" "$log" | head -5 >&2 || true
   fi
-  echo "$line"
+  echo "$line" | tee "$work/$target.result"
+}
+
+# The targets side by side, one a core (FUZZ_JOBS): each libFuzzer process is single-threaded.
+jobs=${FUZZ_JOBS:-$(nproc)}
+for target in "${targets[@]}"; do
+  rm -f "$work/$target.result"
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  fuzz_one "$target" &
+done
+wait
+status=0
+summary=()
+for target in "${targets[@]}"; do
+  line=$(cat "$work/$target.result" 2> /dev/null || echo "$target: FAILED (no result)")
+  [[ $line == *": FAILED"* ]] && status=1
   summary+=("$line")
 done
 printf '%s\n' "${summary[@]}" > "$work/summary.txt"
