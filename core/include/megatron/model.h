@@ -71,6 +71,12 @@ struct ModelBuildInfo {
   // per-iteration statistics summed over the data-parallel ranks (MoE's expert-bias token
   // counts). Null: one data-parallel rank (or `plan`).
   Communicator* data_comm = nullptr;
+  // Context parallelism: this rank's place in its context-parallel group and the group's device
+  // communicator; each rank holds two chunks of every sequence (nn/context_parallelism.h), and
+  // seq_length stays the whole sequence's. cp_size 1: whole sequences.
+  Communicator* context_comm = nullptr;
+  int cp_rank = 0;
+  int cp_size = 1;
   PipelinePlacement pipeline;  // default: the whole model, one stage
 };
 

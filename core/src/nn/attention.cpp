@@ -1,10 +1,12 @@
-// Self-attention forward and backward over Megatron's (S, B, ...) activation layout.
+// Self-attention forward and backward over Megatron's (S, B, ...) activation layout; under context
+// parallelism over this rank's chunks of the sequence, with ring attention.
 #include "megatron/nn/attention.h"
 
 #include <cmath>
 #include <string>
 
 #include "megatron/error.h"
+#include "megatron/nn/ring_attention.h"
 
 namespace megatron::nn {
 
@@ -148,8 +150,13 @@ void SelfAttention::forward(const LayerContext& ctx, const Tensor& x, const Laye
   saved.out = be.empty({s, b, np, hn}, dt);
   saved.lse = be.empty({b, np, s}, dt == DType::f64 ? DType::f64 : DType::f32);
   Tensor out4 = bshd(saved.out);
-  be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v),
-                       params(ctx, inputs, dropout_site, s, b), out4, saved.lse);
+  const AttentionParams p = params(ctx, inputs, dropout_site, s, b);
+  if (ctx.context.split()) {  // this rank's chunks of the sequence, the others' keys round the ring
+    ring_attention_forward(be, ctx.context, bshd(saved.q), bshd(saved.k), bshd(saved.v), p, out4,
+                           saved.lse);
+  } else {
+    be.attention_forward(bshd(saved.q), bshd(saved.k), bshd(saved.v), p, out4, saved.lse);
+  }
   Tensor y_rows = y.view({rows_in, h});
   proj.forward(be, saved.out.view({rows, np * hn}), y_rows, ctx.compute);
 }
@@ -180,9 +187,14 @@ void SelfAttention::backward(const LayerContext& ctx, const Tensor& x, const Ten
         inputs.gradient(layer_input::attention_bias, "self-attention with an attention bias");
     dbias = be.empty(bias.shape(), bias.dtype());
   }
-  be.attention_backward(bshd(dctx), bshd(saved.q), bshd(saved.k), bshd(saved.v), bshd(saved.out),
-                        saved.lse, params(ctx, inputs, dropout_site, s, b), dq4, dk4, dv4,
-                        dbias.defined() ? &dbias : nullptr);
+  const AttentionParams p = params(ctx, inputs, dropout_site, s, b);
+  if (ctx.context.split()) {
+    ring_attention_backward(be, ctx.context, bshd(dctx), bshd(saved.q), bshd(saved.k),
+                            bshd(saved.v), bshd(saved.out), saved.lse, p, dq4, dk4, dv4);
+  } else {
+    be.attention_backward(bshd(dctx), bshd(saved.q), bshd(saved.k), bshd(saved.v), bshd(saved.out),
+                          saved.lse, p, dq4, dk4, dv4, dbias.defined() ? &dbias : nullptr);
+  }
   if (dbias.defined()) be.axpy(1.0, dbias, dbias_sum);
   if (cos.defined()) {
     be.rotary_backward(dq4, cos, sin, dq4);

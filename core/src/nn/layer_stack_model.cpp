@@ -50,8 +50,10 @@ Tensor key_padding_from_mask(Backend& be, const Tensor& mask) {
 }
 
 LayerContext layer_context(const ModelBuildInfo& info, const StepOptions& options) {
-  return {backend_for(info.device), options.training,   options.dropout_seed,
-          options.dropout_offset,   info.compute_dtype, options.loss_scale};
+  LayerContext ctx{backend_for(info.device), options.training,   options.dropout_seed,
+                   options.dropout_offset,   info.compute_dtype, options.loss_scale};
+  ctx.context = {info.context_comm, info.cp_rank, info.cp_size};
+  return ctx;
 }
 
 TensorParallelism model_tensor_parallelism(const ModelBuildInfo& info, const std::string& name,

@@ -25,6 +25,9 @@ ModelBuildInfo model_build_info(ParallelState& parallel, const config::CoreConfi
   info.ep_size = parallel.ep_size();
   info.etp_size = parallel.etp_size();
   info.data_comm = parallel.dp_size() > 1 ? &parallel.device_comm(Group::data) : nullptr;
+  info.context_comm = parallel.cp_size() > 1 ? &parallel.device_comm(Group::context) : nullptr;
+  info.cp_rank = parallel.cp_rank();
+  info.cp_size = parallel.cp_size();
   const PipelineLayout pipeline = model_pipeline_layout(core, model);
   if (pipeline.pipeline_size > 1) {
     info.pipeline.rank = parallel.pp_rank();

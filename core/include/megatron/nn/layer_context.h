@@ -1,5 +1,5 @@
-// What every layer's forward and backward is told: the backend, training or evaluation, and the
-// dropout stream of the current micro-batch.
+// What every layer's forward and backward is told: the backend, training or evaluation, the
+// dropout stream of the current micro-batch and the sequence's context-parallel split.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "megatron/backend/backend.h"
+#include "megatron/nn/context_parallelism.h"
 
 namespace megatron::nn {
 
@@ -37,6 +38,9 @@ struct LayerContext {
   // Added to every site: a block running layers of its own (Retro's retrieval encoder inside its
   // first decoder layer) gives them the sites after its own this way.
   std::uint64_t site_base = 0;
+  // The sequence split over the context-parallel group: the layers see this rank's chunks, and
+  // self-attention runs round the group's ring (ring_attention.h). Size 1: the whole sequence.
+  ContextParallelism context = {};
 
   // Philox offset of dropout site `site` of this micro-batch. Each site owns 2^31 consecutive
   // indices (enough for the attention probabilities of a 2048-token, 96-head micro-batch) and

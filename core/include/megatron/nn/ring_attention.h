@@ -1,31 +1,18 @@
-// Context parallelism's attention (Megatron's context_parallel_size with cp_comm_type "p2p"): each
-// sample's sequence is cut into 2·CP equal chunks and CP rank r holds chunks r and 2·CP−1−r, in
-// that order, so every rank gets the same share of the causal mask's work. Keys and values travel
-// round the CP group's ring: at step i a rank attends its queries to the keys of rank r−i while
-// the next block is in flight, and merges the partial results by their log-sum-exp (online
-// softmax). Backward passes the keys' and values' gradients round the ring with them, each rank
-// adding its queries' share, until they reach their owner.
+// Context parallelism's attention (Megatron's context_parallel_size with cp_comm_type "p2p") over
+// the chunks of context_parallelism.h. Keys and values travel round the CP group's ring: at step i
+// a rank attends its queries to the keys of rank r−i while the next block is in flight, and merges
+// the partial results by their log-sum-exp (online softmax). Backward passes the keys' and values'
+// gradients round the ring with them, each rank adding its queries' share, until they reach their
+// owner.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "megatron/backend/backend.h"
-#include "megatron/parallel/communicator.h"
+#include "megatron/nn/context_parallelism.h"
 
 namespace megatron::nn {
-
-// This rank's place in its context-parallel group.
-struct ContextParallelism {
-  Communicator* comm = nullptr;  // the CP group's device communicator; null when size is 1
-  int rank = 0;
-  int size = 1;
-  bool split() const { return size > 1; }
-};
-
-// The global positions this rank holds of a sequence of `seq` tokens (seq divisible by 2·size):
-// chunk `rank`, then chunk 2·size−1−rank.
-std::vector<std::int64_t> context_positions(const ContextParallelism& cp, std::int64_t seq);
 
 // q (B, 2c, Hq, D), k and v (B, 2c, Hkv, D): this rank's two chunks (any strides, last dimension
 // contiguous, one float dtype). out (B, 2c, Hq, D) and lse (B, Hq, 2c) are overwritten with what
