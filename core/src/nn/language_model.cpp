@@ -68,9 +68,10 @@ Parameter& LanguageModel::output_weight() {
 Tensor LanguageModel::pre_forward(const LayerContext& ctx, const Batch& batch, LayerInputs&,
                                   std::unique_ptr<ProcessState>& state) {
   const Tensor& tokens = batch["tokens"];
-  if (tokens.size(1) != info().seq_length) {
+  if (tokens.size(1) != held_seq_length()) {
     throw Error(name_ + ": batch of sequence length " + std::to_string(tokens.size(1)) +
-                ", model built for " + std::to_string(info().seq_length));
+                ", model built for " + std::to_string(held_seq_length()) +
+                (info().cp_size > 1 ? " (this context-parallel rank's chunks)" : ""));
   }
   auto st = std::make_unique<EmbeddingState>();
   st->ids = sequence_major(ctx.backend, tokens);
@@ -111,10 +112,10 @@ Tensor LanguageModel::post_backward(const LayerContext&, ProcessState* state) {
 }
 
 Tensor LanguageModel::logits(const Batch& batch) {
-  if (tp().split() || info().pipeline.size > 1) {
+  if (tp().split() || info().pipeline.size > 1 || info().cp_size > 1) {
     throw Error(name_ +
                 ": logits() gathers the full vocabulary and is for single-rank reference "
-                "checks; it is not available with tensor or pipeline parallelism");
+                "checks; it is not available with tensor, pipeline or context parallelism");
   }
   Backend& be = backend_for(info().device);
   const std::int64_t b = batch["tokens"].size(0), s = batch["tokens"].size(1), rows = s * b;
@@ -128,6 +129,7 @@ Tensor LanguageModel::logits(const Batch& batch) {
 }
 
 void LanguageModel::check_decodable() const {
+  if (info().cp_size > 1) throw Error(name_ + ": decoding runs without context parallelism");
   if (tp().sp()) {
     throw Error(name_ +
                 ": decoding runs without sequence parallelism (tensor and pipeline parallelism "

@@ -3,6 +3,7 @@
 // activation layout.
 #include "megatron/nn/layer_stack_model.h"
 
+#include <cstring>
 #include <sstream>
 #include <unordered_map>
 
@@ -31,6 +32,23 @@ LayerInputs LayerStackModel::layer_inputs(const LayerContext&, const Batch&) {
   inputs.set_rotary(rotary_tables());
   return inputs;
 }
+
+namespace {
+
+// The rows of a contiguous host table (rows, width) at `rows`, in that order.
+Tensor take_rows(const Tensor& table, const std::vector<std::int64_t>& rows) {
+  const Tensor t = table.contiguous();
+  Tensor out = Tensor::empty({static_cast<std::int64_t>(rows.size()), t.size(1)}, t.dtype());
+  const std::size_t row_bytes = static_cast<std::size_t>(t.size(1)) * dtype_size(t.dtype());
+  const auto* from = static_cast<const std::uint8_t*>(t.raw_data());
+  auto* to = static_cast<std::uint8_t*>(out.raw_data());
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(to + i * row_bytes, from + static_cast<std::size_t>(rows[i]) * row_bytes,
+                row_bytes);
+  return out;
+}
+
+}  // namespace
 
 Tensor sequence_major(Backend& be, const Tensor& batch_major) {
   Tensor out = be.empty({batch_major.size(1), batch_major.size(0)}, batch_major.dtype());
@@ -138,9 +156,36 @@ void LayerStackModel::declare_all(ParamFactory& factory, const std::vector<Layer
     post_params_.push_back(&factory.params[i]);
 }
 
+std::string LayerStackModel::context_parallel_refusal() const {
+  return "context parallelism is not supported for this model yet";
+}
+
+// Refuses a context-parallel layout this model or this sequence length cannot take.
+void LayerStackModel::check_context_parallelism(const ModelBuildInfo& info) const {
+  if (info.cp_size < 1 || info.cp_rank < 0 || info.cp_rank >= info.cp_size) {
+    throw Error(name_ + ": context-parallel rank " + std::to_string(info.cp_rank) + " of " +
+                std::to_string(info.cp_size));
+  }
+  if (info.cp_size == 1) return;
+  const std::string cp = "[parallel] context_parallel_size = " + std::to_string(info.cp_size);
+  if (const std::string why = context_parallel_refusal(); !why.empty()) {
+    throw ConfigError(cp + ": " + name_ + ": " + why);
+  }
+  if (info.seq_length % (2 * info.cp_size) != 0) {
+    throw ConfigError(cp + ": seq_length " + std::to_string(info.seq_length) +
+                      " must be divisible by 2 x " + std::to_string(info.cp_size) +
+                      " (each sequence is cut into 2 x context_parallel_size equal chunks)");
+  }
+  if (!info.context_comm && !info.device.is_meta()) {
+    throw Error(name_ + ": context_parallel_size " + std::to_string(info.cp_size) +
+                " needs the context-parallel communicator (ModelBuildInfo::context_comm)");
+  }
+}
+
 void LayerStackModel::build(const ModelBuildInfo& info) {
   info_ = info;
-  tp_ = model_tensor_parallelism(info, name_, {info.seq_length});
+  check_context_parallelism(info);
+  tp_ = model_tensor_parallelism(info, name_, {info.seq_length / info.cp_size});
   if (info.pipeline.size < 1 || info.pipeline.rank < 0 ||
       info.pipeline.rank >= info.pipeline.size) {
     throw Error(name_ + ": pipeline rank " + std::to_string(info.pipeline.rank) + " of " +
@@ -169,6 +214,11 @@ void LayerStackModel::build(const ModelBuildInfo& info) {
   if (config_.transformer.rotary_dim > 0 && !info.device.is_meta()) {
     rotary_ = make_rotary_tables(info.seq_length, config_.transformer.rotary_dim,
                                  config_.rotary_base, info.param_dtype);
+    if (info.cp_size > 1) {  // Megatron's get_pos_emb_on_this_cp_rank: this rank's rows
+      const ContextParallelism cp{info.context_comm, info.cp_rank, info.cp_size};
+      rotary_ = RotaryTables{take_rows(rotary_->cos, context_positions(cp, info.seq_length)),
+                             take_rows(rotary_->sin, context_positions(cp, info.seq_length))};
+    }
   }
   prepare(info);
 
@@ -199,7 +249,7 @@ LayerContext LayerStackModel::context(const StepOptions& options) const {
 SampleSpec LayerStackModel::stage_inputs(int, std::int64_t micro_batch_size) const {
   return {{"hidden",
            info_.param_dtype,
-           {local_seq(info_.seq_length), micro_batch_size, config_.transformer.hidden_size},
+           {local_seq(held_seq_length()), micro_batch_size, config_.transformer.hidden_size},
            FieldKind::value}};
 }
 
@@ -271,7 +321,7 @@ NamedTensors LayerStackModel::backward_chunk(int chunk, std::int64_t micro_batch
     const std::int64_t rows = p.x_rows.size(0), h = p.x_rows.size(1);
     const Tensor dnormed = post_backward(ctx, p.post.get());
     p.post.reset();
-    const std::int64_t s = local_seq(info_.seq_length);
+    const std::int64_t s = local_seq(held_seq_length());
     dy = be.empty({s, rows / s, h}, info_.param_dtype);
     Tensor dy_rows = dy.view({rows, h});
     final_norm_.backward(be, dnormed, p.x_rows, p.final_saved, dy_rows);

@@ -6,6 +6,30 @@
 
 namespace megatron::nn {
 
+namespace {
+
+// Under context parallelism a micro-batch's tokens are spread over the group. Each rank's
+// gradient is of its tokens' share of the whole micro-batch's mean loss, times the group's size,
+// because the gradients are then averaged over data x context ranks (Megatron's loss * cp / the
+// group's token count). lm_loss divides by this rank's count, so the scale it is given carries
+// count / the group's count.
+float context_parallel_loss_scale(const LayerContext& ctx, const Tensor& mask, float loss_scale) {
+  double local = 0;
+  for (const float m : mask.to_vector<float>())
+    local += m;
+  Backend& be = ctx.backend;
+  Tensor host = Tensor::from(std::vector<double>{local}, {1});
+  Tensor summed = be.empty({1}, DType::f64);
+  be.copy(host, summed);
+  ctx.context.comm->all_reduce(summed.raw_data(), 1, DType::f64, ReduceOp::sum);
+  be.copy(summed, host);
+  const double group = host.data<double>()[0];
+  if (local <= 0 || group <= 0) return loss_scale;  // no token of this rank counts
+  return static_cast<float>(static_cast<double>(loss_scale) * ctx.context.size * local / group);
+}
+
+}  // namespace
+
 LmLossResult batch_lm_loss(const LayerContext& ctx, const Batch& batch, const Tensor& hidden,
                            Parameter& weight, Parameter* bias, const StepOptions& options,
                            const TensorParallelism& tp, Tensor* dhidden, NamedTensors* outputs) {
@@ -16,9 +40,12 @@ LmLossResult batch_lm_loss(const LayerContext& ctx, const Batch& batch, const Te
   const Tensor mask = batch["loss_mask"].transpose(0, 1).contiguous().view({rows});
   const bool want_outputs = options.outputs && outputs != nullptr;
   LmTokenOutputs tokens;
-  const LmLossResult loss = lm_loss(be, hidden, weight, labels, mask, options.loss_scale,
-                                    options.backward ? dhidden : nullptr, ctx.compute, tp, bias,
-                                    want_outputs ? &tokens : nullptr);
+  const float loss_scale = ctx.context.split() && options.backward
+                               ? context_parallel_loss_scale(ctx, mask, options.loss_scale)
+                               : options.loss_scale;
+  const LmLossResult loss =
+      lm_loss(be, hidden, weight, labels, mask, loss_scale, options.backward ? dhidden : nullptr,
+              ctx.compute, tp, bias, want_outputs ? &tokens : nullptr);
   if (want_outputs) {
     // Rows are sequence-major (s * B + b); outputs are per sample, (B, S).
     outputs->emplace_back("token_loss", tokens.loss.view({s, b}).transpose(0, 1).contiguous());

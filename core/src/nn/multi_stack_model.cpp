@@ -145,6 +145,10 @@ void MultiStackModel::declare_all(ParamFactory& factory, const std::vector<Stack
 
 void MultiStackModel::build(const ModelBuildInfo& info) {
   info_ = info;
+  if (info.cp_size > 1) {
+    throw ConfigError("[parallel] context_parallel_size = " + std::to_string(info.cp_size) + ": " +
+                      name_ + ": context parallelism is not supported for this model yet");
+  }
   if (info.pipeline.size < 1 || info.pipeline.rank < 0 ||
       info.pipeline.rank >= info.pipeline.size) {
     throw Error(name_ + ": pipeline rank " + std::to_string(info.pipeline.rank) + " of " +

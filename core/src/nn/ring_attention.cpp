@@ -189,20 +189,6 @@ Tensor block_queries(const Tensor& t, const Block& block, std::int64_t chunk) {
 
 }  // namespace
 
-std::vector<std::int64_t> context_positions(const ContextParallelism& cp, std::int64_t seq) {
-  if (seq % (2 * cp.size) != 0) {
-    throw Error("context parallelism: a sequence of " + std::to_string(seq) +
-                " tokens does not cut into 2 x " + std::to_string(cp.size) + " equal chunks");
-  }
-  const std::int64_t chunk = seq / (2 * cp.size);
-  std::vector<std::int64_t> positions;
-  for (const std::int64_t c :
-       {static_cast<std::int64_t>(cp.rank), static_cast<std::int64_t>(2 * cp.size - 1 - cp.rank)})
-    for (std::int64_t i = 0; i < chunk; ++i)
-      positions.push_back(c * chunk + i);
-  return positions;
-}
-
 void ring_attention_forward(Backend& be, const ContextParallelism& cp, const Tensor& q,
                             const Tensor& k, const Tensor& v, const AttentionParams& params,
                             Tensor& out, Tensor& lse) {

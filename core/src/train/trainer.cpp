@@ -13,6 +13,7 @@
 
 #include "grad_norm.h"
 #include "megatron/error.h"
+#include "megatron/nn/context_parallelism.h"
 #include "megatron/nn/init.h"
 #include "megatron/train/model_setup.h"
 #include "megatron/train/sample_counts.h"
@@ -73,7 +74,7 @@ Batch Trainer::Impl::gather(data::Split split, const std::vector<std::int64_t>& 
     }
     dataset.get(split, indices[i], b.sample(static_cast<std::int64_t>(i)));
   }
-  return b;
+  return held_share(std::move(b));
 }
 
 Batch Trainer::Impl::micro_batch(data::Split split, std::int64_t position, std::int64_t k,
@@ -95,7 +96,15 @@ Batch Trainer::Impl::micro_batch(data::Split split, std::int64_t position, std::
     }
     dataset.get(split, index, b.sample(i));
   }
-  return b;
+  return held_share(std::move(b));
+}
+
+Batch Trainer::Impl::held_share(Batch b) const {
+  const ParallelState& parallel = services.parallel;
+  if (parallel.cp_size() == 1) return b;
+  const nn::ContextParallelism cp{nullptr, parallel.cp_rank(), parallel.cp_size()};
+  return nn::context_parallel_batch(b, cp, dataset.seq_length(),
+                                    find_field(model.input_fields(), "position_ids") != nullptr);
 }
 
 namespace {
@@ -166,10 +175,17 @@ TrainSummary Trainer::run() {
   ParallelState& parallel = t.services.parallel;
   const std::int64_t dp = parallel.dp_size(), dp_rank = parallel.dp_rank();
   const bool last_rank = parallel.world_rank() == parallel.world_size() - 1;
-  // Refused before any work: a layout whose training path does not exist yet.
-  if (parallel.cp_size() > 1) {
-    throw ConfigError("[parallel] context_parallel_size = " + std::to_string(parallel.cp_size()) +
-                      ": context parallelism is not available yet; use 1");
+  // Refused before any work: what context parallelism does not cover yet (the model refuses
+  // itself at build when it cannot split its sequences).
+  const std::int64_t cp = parallel.cp_size();
+  if (cp > 1 && t.finetune) {
+    throw ConfigError("[parallel] context_parallel_size = " + std::to_string(cp) +
+                      ": fine-tuning with context parallelism is not supported yet; use 1");
+  }
+  if (cp > 1 && core.ddp.use_distributed_optimizer) {
+    throw ConfigError("[parallel] context_parallel_size = " + std::to_string(cp) +
+                      ": the distributed optimizer with context parallelism is not supported "
+                      "yet; set [ddp] use_distributed_optimizer = false");
   }
   // The rank's own device, resolved by the parallel state (with CUDA under MPI: its local GPU).
   t.device = parallel.device();
@@ -233,16 +249,23 @@ TrainSummary Trainer::run() {
   // the expert-data-parallel group.
   Communicator* expert_data =
       parallel.ep_size() > 1 ? &parallel.device_comm(Group::expert_data) : nullptr;
-  t.ddp = std::make_unique<GradBuffers>(params, parallel.device_comm(Group::data), be, ddp_settings,
-                                        expert_data);
+  // Gradients are averaged over the data-parallel and context-parallel ranks together: the
+  // context-parallel ranks hold parts of the same samples (Megatron's data-parallel group "with
+  // context parallel"); it is the data-parallel group when context_parallel_size is 1.
+  t.ddp = std::make_unique<GradBuffers>(params, parallel.device_comm(Group::data_context), be,
+                                        ddp_settings, expert_data);
   GradBuffers& ddp = *t.ddp;
   // The optimizer steps whole parameters, or this rank's shards with the distributed optimizer.
   ParameterSet& opt_params = ddp.optimizer_params();
-  if (dp > 1 || ddp.distributed()) {
+  if (dp * cp > 1 || ddp.distributed()) {
     log.info(
-        "data parallel over {} ranks: {} gradient bucket(s) of {} elements in all, overlap {}; "
+        "data parallel over {} ranks{}: {} gradient bucket(s) of {} elements in all, overlap {}; "
         "distributed optimizer {} ({} elements stepped here)",
-        dp, ddp.layout().buckets.size(), ddp.layout().numel,
+        dp,
+        cp > 1 ? " x context " + std::to_string(cp) + " (gradients averaged over " +
+                     std::to_string(dp * cp) + ")"
+               : std::string(),
+        ddp.layout().buckets.size(), ddp.layout().numel,
         ddp_settings.overlap_grad_reduce ? "on" : "off", ddp.distributed() ? "on" : "off",
         ddp.distributed() ? ddp.layout().owned_elements(static_cast<int>(dp_rank))
                           : params.numel());
@@ -286,7 +309,7 @@ TrainSummary Trainer::run() {
       }
       position += gbs;
     }
-    all_reduce_losses(parallel.comm(Group::data), sums);
+    all_reduce_losses(parallel.comm(Group::data_context), sums);
     return sums;
   };
   auto report_eval = [&](data::Split split, EvalKind kind, std::int64_t& position) {
@@ -384,7 +407,7 @@ TrainSummary Trainer::run() {
     t.model.end_training_iteration();
     // Data-parallel mean of the gradients (bucket by bucket) and sum of the loss figures.
     ddp.finish_grad_sync();
-    if (dp > 1) all_reduce_losses(parallel.comm(Group::data), sums);
+    if (dp * cp > 1) all_reduce_losses(parallel.comm(Group::data_context), sums);
     // Over the optimizer's parameters: with the distributed optimizer only this rank's shards
     // hold reduced gradients. Tensor-parallel peers shard alike (same buffer layout), and each
     // stage's copy of a tied embedding has a bucket of its own, so the pipeline peers do too.

@@ -65,10 +65,12 @@ std::string Trainer::Impl::save_checkpoint() {
   s.int_attributes["layout.data_parallel_size"] = parallel.dp_size();
   s.int_attributes["layout.use_distributed_optimizer"] = ddp && ddp->distributed();
 
-  // One data-parallel replica writes; within it, replicated tensors come from tp rank 0 only.
-  // Under expert parallelism the experts' replica is an expert-data-parallel one: its
-  // expert-parallel ranks write their experts.
-  const bool dp_writer = parallel.dp_rank() == 0, tp_first = parallel.tp_rank() <= 0;
+  // One data-parallel replica writes (context-parallel ranks hold the same weights: the first
+  // of them); within it, replicated tensors come from tp rank 0 only. Under expert parallelism
+  // the experts' replica is an expert-data-parallel one: its expert-parallel ranks write their
+  // experts.
+  const bool dp_writer = parallel.dp_rank() == 0 && parallel.cp_rank() == 0;
+  const bool tp_first = parallel.tp_rank() <= 0;
   const bool expert_split = parallel.ep_size() > 1, edp_writer = parallel.edp_rank() == 0;
   std::map<std::string, checkpoint::TensorSlice> slices;
   auto add = [&](const std::string& path, const Parameter& p, const Tensor& local) {

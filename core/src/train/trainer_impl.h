@@ -52,6 +52,9 @@ struct Trainer::Impl {
                     std::int64_t micro_batch_size) const;
   // These samples of `split` as one micro-batch.
   Batch gather(data::Split split, const std::vector<std::int64_t>& indices) const;
+  // What of a micro-batch this rank computes: the whole batch, or its context-parallel share
+  // (nn::context_parallel_batch).
+  Batch held_share(Batch b) const;
 };
 
 }  // namespace megatron::train

@@ -27,4 +27,11 @@ std::string GptModel::describe() const {
   return describe_layout(out.str());
 }
 
+std::string GptModel::context_parallel_refusal() const {
+  if (config_.transformer.moe.num_experts > 0) {
+    return "Mixture of Experts layers are not supported with context parallelism yet";
+  }
+  return "";
+}
+
 }  // namespace megatron::gpt

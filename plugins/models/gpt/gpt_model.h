@@ -18,6 +18,10 @@ class GptModel : public nn::LanguageModel {
   explicit GptModel(GptConfig config);
 
   std::string describe() const override;
+
+ protected:
+  // GPT's sequences split over a context-parallel group, without MoE layers for now.
+  std::string context_parallel_refusal() const override;
 };
 
 }  // namespace megatron::gpt

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "megatron/batch.h"
 #include "megatron/parallel/communicator.h"
 
 namespace megatron::nn {
@@ -20,5 +21,14 @@ struct ContextParallelism {
 // The global positions this rank holds of a sequence of `seq` tokens (seq divisible by 2·size):
 // chunk `rank`, then chunk 2·size−1−rank.
 std::vector<std::int64_t> context_positions(const ContextParallelism& cp, std::int64_t seq);
+
+// This rank's share of a micro-batch (Megatron's get_batch_on_this_cp_rank): every field of
+// shape (B, seq) (tokens, labels, loss_mask, position_ids, the documents' first keys) cut to the
+// rank's positions, values unchanged (position ids and first keys stay positions in the whole
+// sequence); other fields whole. `with_positions` and no position_ids in the batch: adds
+// position_ids (B, seq / cp) holding the global positions, since a learned position embedding
+// cannot tell them once the sequence is cut.
+Batch context_parallel_batch(const Batch& batch, const ContextParallelism& cp, std::int64_t seq,
+                             bool with_positions);
 
 }  // namespace megatron::nn

@@ -105,6 +105,9 @@ class LayerStackModel : public Model {
   // Positions are already resolved: config_.max_position_embeddings is the table's size (the
   // sequence length when it was 0) and rotary_tables() are built when the config rotates.
   virtual void prepare(const ModelBuildInfo& info) { (void)info; }
+  // Why this model cannot have its sequences split over a context-parallel group (build refuses
+  // context_parallel_size > 1 with it), or "" when it can. Default: not yet supported.
+  virtual std::string context_parallel_refusal() const;
   // The blocks of layer `layer` (default: causal self-attention, then the MLP).
   virtual LayerSpec layer_spec(std::int64_t layer) const;
   // Declares the pre-process's parameters; its dropout sites start at 0 and it returns how many
@@ -152,9 +155,13 @@ class LayerStackModel : public Model {
   const TensorParallelism& tp() const { return tp_; }
   LayerContext context(const StepOptions& options) const;
   // The rotary tables (S, rotary_dim) for the data's sequence length, or nullptr without rotary
-  // positions (and on the meta device).
+  // positions (and on the meta device). Under context parallelism, the rows of this rank's
+  // positions (context_positions), (S / cp, rotary_dim).
   const RotaryTables* rotary_tables() const { return rotary_ ? &*rotary_ : nullptr; }
-  // Sequence length of the activations between tensor-parallel regions.
+  // The tokens of each sequence this rank holds: all of them, or its two chunks under context
+  // parallelism (seq_length / cp).
+  std::int64_t held_seq_length() const { return info_.seq_length / info_.cp_size; }
+  // Sequence length of the activations between tensor-parallel regions, from the held length.
   std::int64_t local_seq(std::int64_t s) const { return tp_.sp() ? s / tp_.size : s; }
   bool holds_pre_process() const { return info_.pipeline.is_first_virtual_stage(0); }
   bool holds_post_process() const {
@@ -188,6 +195,7 @@ class LayerStackModel : public Model {
   };
   void declare_all(ParamFactory& factory, const std::vector<LayerRange>& chunks, bool pre,
                    bool post);
+  void check_context_parallelism(const ModelBuildInfo& info) const;
   // Decoding's walk through this rank's chunks in pipeline order: x of `shape` from embed() on
   // the first virtual stage, else from the previous one; run(chunk, x) each chunk's layers; the
   // output to the next virtual stage, or the final norm's rows on the last.
