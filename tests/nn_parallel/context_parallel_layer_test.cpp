@@ -10,61 +10,28 @@
 #include <random>
 #include <vector>
 
+#include "context_test_util.h"
 #include "megatron/nn/core_blocks.h"
 #include "megatron/nn/init.h"
 #include "megatron/nn/layer.h"
 #include "megatron/nn/ring_attention.h"
-#include "megatron/parallel/parallel_state.h"
-#include "parallel/mpi_test_main.h"
 
 namespace megatron::nn {
 namespace {
 
 constexpr std::int64_t kBatch = 2, kChunk = 2, kHidden = 16;
 
-ContextParallelism context_group() {
-  ParallelSizes sizes;
-  sizes.context = test::mpi_runtime().world_size();
-  ParallelState& state = test::world_parallel_state(sizes);
-  return {&state.device_comm(Group::context), state.cp_rank(), state.cp_size()};
-}
+using context_test::context_group;
+using context_test::expect_equal_rows;
+using context_test::random;
 
 Backend& cpu() {
   return backend_for(Device::cpu());
 }
 
-Tensor random(const Shape& shape, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  Tensor t = Tensor::empty(shape, DType::f64);
-  double* p = t.data<double>();
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    p[i] = normal(gen);
-  return t;
-}
-
-// The rows of `t` at `positions` along dim 0.
+// The rows of `t` at `positions` along the sequence (dim 0).
 Tensor rows(const Tensor& t, const std::vector<std::int64_t>& positions) {
-  Shape shape = t.shape();
-  shape[0] = static_cast<std::int64_t>(positions.size());
-  Tensor out = Tensor::empty(shape, t.dtype());
-  for (std::size_t i = 0; i < positions.size(); ++i) {
-    Tensor dst = out.slice(0, static_cast<std::int64_t>(i), 1);
-    cpu().copy(t.slice(0, positions[i], 1), dst);
-  }
-  return out;
-}
-
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = got.contiguous().to_vector<double>();
-  const std::vector<double> w = want.contiguous().to_vector<double>();
-  double worst = 0, scale = 1e-300;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    scale = std::max(scale, std::abs(w[i]));
-    worst = std::max(worst, std::abs(g[i] - w[i]));
-  }
-  EXPECT_LE(worst, 1e-12 * scale) << what << ": max |difference| " << worst;
+  return context_test::rows(t, positions, 0);
 }
 
 TransformerConfig layer_config() {
@@ -124,13 +91,14 @@ TEST(ContextParallelLayer, EqualsTheUnsplitLayer) {
   split.layer.forward(ctx, xs, inputs, ys, ssaved, true);
   split.layer.backward(ctx, dys, inputs, ssaved, dxs);
 
-  expect_close(ys, rows(y, positions), "the layer's output rows");
-  expect_close(dxs, rows(dx, positions), "the input gradient's rows");
+  expect_equal_rows(ys, rows(y, positions), "the layer's output rows");
+  expect_equal_rows(dxs, rows(dx, positions), "the input gradient's rows");
   for (std::size_t i = 0; i < whole.params.size(); ++i) {
     Tensor grad = split.params[i].grad.contiguous();
     cp.comm->all_reduce(grad.raw_data(), static_cast<std::size_t>(grad.numel()), DType::f64,
                         ReduceOp::sum);
-    expect_close(grad, whole.params[i].grad, whole.params[i].name + " gradient, summed over CP");
+    expect_equal_rows(grad, whole.params[i].grad,
+                      whole.params[i].name + " gradient, summed over CP");
   }
 }
 

@@ -11,60 +11,18 @@
 #include <random>
 #include <vector>
 
+#include "context_test_util.h"
 #include "megatron/nn/ring_attention.h"
-#include "megatron/parallel/parallel_state.h"
-#include "parallel/mpi_test_main.h"
 
 namespace megatron::nn {
 namespace {
 
-ContextParallelism context_group() {
-  ParallelSizes sizes;
-  sizes.context = test::mpi_runtime().world_size();
-  ParallelState& state = test::world_parallel_state(sizes);
-  return {&state.device_comm(Group::context), state.cp_rank(), state.cp_size()};
-}
+using context_test::context_group;
+using context_test::expect_equal_rows;
+using context_test::random;
+using context_test::rows;
 
 constexpr std::int64_t kBatch = 2, kChunk = 3, kHeadsQ = 4, kHeadsKv = 2, kDim = 8;
-
-Tensor random(const Shape& shape, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  Tensor t = Tensor::empty(shape, DType::f64);
-  double* p = t.data<double>();
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    p[i] = normal(gen);
-  return t;
-}
-
-// The rows of `t` at `positions` along `dim` (1 for (B, S, H, D), 2 for lse's (B, H, S)).
-Tensor rows(const Tensor& t, const std::vector<std::int64_t>& positions, int dim) {
-  Shape shape = t.shape();
-  shape[static_cast<std::size_t>(dim)] = static_cast<std::int64_t>(positions.size());
-  Tensor out = Tensor::empty(shape, t.dtype());
-  Backend& be = backend_for(Device::cpu());
-  for (std::size_t i = 0; i < positions.size(); ++i) {
-    Tensor dst = out.slice(dim, static_cast<std::int64_t>(i), 1);
-    be.copy(t.slice(dim, positions[i], 1), dst);
-  }
-  return out;
-}
-
-void expect_equal_rows(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = got.contiguous().to_vector<double>();
-  const std::vector<double> w = want.contiguous().to_vector<double>();
-  double worst = 0, scale = 1e-300;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    if (std::isinf(w[i])) {
-      EXPECT_EQ(g[i], w[i]) << what << " element " << i;
-      continue;
-    }
-    scale = std::max(scale, std::abs(w[i]));
-    worst = std::max(worst, std::abs(g[i] - w[i]));
-  }
-  EXPECT_LE(worst, 1e-12 * scale) << what << ": max |difference| " << worst;
-}
 
 struct Masks {
   std::vector<std::uint8_t> padding;    // (B, S), empty: none
