@@ -113,9 +113,11 @@ void print_summary(const std::filesystem::path& file, const CheckpointState& sta
     auto get = [&](const char* key, std::int64_t fallback = 1) {
       return ints.count(key) ? ints.at(key) : fallback;
     };
+    const std::int64_t context = get("layout.context_parallel_size");
     std::cout << fmt::format(
-        "saved at layout:    tensor {} x pipeline {} x data {}{} (loads at any layout)\n",
+        "saved at layout:    tensor {} x pipeline {}{} x data {}{} (loads at any layout)\n",
         get("layout.tensor_model_parallel_size"), get("layout.pipeline_model_parallel_size"),
+        context > 1 ? fmt::format(" x context {}", context) : std::string(),
         get("layout.data_parallel_size"),
         get("layout.use_distributed_optimizer", 0) ? ", distributed optimizer" : "");
   }

@@ -1,7 +1,7 @@
 """Compares a run with the reference run of the train_parallel tests.
 
 compare.py losses REF.jsonl GOT.jsonl FIRST LAST   every loss (lm loss, sop loss, load_balancing_loss,
-                                                   ...) of iterations
+                                                   ...) and the gradient norm of iterations
                                                    FIRST..LAST, 1e-5 relative
 compare.py weights REF.h5 GOT.h5                   every model/ and optimizer/ tensor, same names and
                                                    shapes, values within WEIGHT_ATOL (absolute)
@@ -17,7 +17,7 @@ WEIGHT_ATOL = 1e-4
 
 def losses(path):
     rows = [json.loads(line) for line in open(path)]
-    return {r["iteration"]: {k: v for k, v in r.items() if k.endswith("loss")}
+    return {r["iteration"]: {k: v for k, v in r.items() if k.endswith("loss") or k == "grad_norm"}
             for r in rows if r["record"] == "train"}
 
 

@@ -93,13 +93,16 @@ double global_grad_norm(Backend& backend, const ParameterSet& params, const Para
   }
   const double local = backend.l2_norm(counted);
   const bool across_model = parallel.group_size(Group::model) > 1;
-  const bool across_data = sharded_over_data && parallel.dp_size() > 1;
+  // The distributed optimizer shards over data x context (the group gradients are reduced over).
+  const bool across_data = sharded_over_data && parallel.group_size(Group::data_context) > 1;
   if (!across_model && !across_data && !expert_split) {
     return local;  // bit-identical to the one-rank norm
   }
   double squares = local * local;
   if (across_model) squares = parallel.comm(Group::model).all_reduce_value(squares, ReduceOp::sum);
-  if (across_data) squares = parallel.comm(Group::data).all_reduce_value(squares, ReduceOp::sum);
+  if (across_data) {
+    squares = parallel.comm(Group::data_context).all_reduce_value(squares, ReduceOp::sum);
+  }
   if (expert_split) {
     const double expert_norm = backend.l2_norm(experts);
     double expert_squares = expert_norm * expert_norm;

@@ -182,11 +182,6 @@ TrainSummary Trainer::run() {
     throw ConfigError("[parallel] context_parallel_size = " + std::to_string(cp) +
                       ": fine-tuning with context parallelism is not supported yet; use 1");
   }
-  if (cp > 1 && core.ddp.use_distributed_optimizer) {
-    throw ConfigError("[parallel] context_parallel_size = " + std::to_string(cp) +
-                      ": the distributed optimizer with context parallelism is not supported "
-                      "yet; set [ddp] use_distributed_optimizer = false");
-  }
   // The rank's own device, resolved by the parallel state (with CUDA under MPI: its local GPU).
   t.device = parallel.device();
   if (Device::parse(core.runtime.device).type != t.device.type) {
@@ -267,7 +262,7 @@ TrainSummary Trainer::run() {
                : std::string(),
         ddp.layout().buckets.size(), ddp.layout().numel,
         ddp_settings.overlap_grad_reduce ? "on" : "off", ddp.distributed() ? "on" : "off",
-        ddp.distributed() ? ddp.layout().owned_elements(static_cast<int>(dp_rank))
+        ddp.distributed() ? ddp.layout().owned_elements(parallel.group_rank(Group::data_context))
                           : params.numel());
   }
   t.optimizer.attach(opt_params);

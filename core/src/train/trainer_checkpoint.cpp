@@ -63,6 +63,7 @@ std::string Trainer::Impl::save_checkpoint() {
   s.int_attributes["layout.tensor_model_parallel_size"] = parallel.tp_size();
   s.int_attributes["layout.pipeline_model_parallel_size"] = parallel.pp_size();
   s.int_attributes["layout.data_parallel_size"] = parallel.dp_size();
+  s.int_attributes["layout.context_parallel_size"] = parallel.cp_size();
   s.int_attributes["layout.use_distributed_optimizer"] = ddp && ddp->distributed();
 
   // One data-parallel replica writes (context-parallel ranks hold the same weights: the first
@@ -98,8 +99,8 @@ std::string Trainer::Impl::save_checkpoint() {
 
   std::map<std::string, Tensor> state = optimizer.state();
   if (ddp && ddp->distributed()) {
-    // Each rank holds its owned ranges of the state; gather them over each buffer's group (the
-    // data-parallel one, and the expert-data-parallel one for the experts' buffer) into buffers
+    // Each rank holds its owned ranges of the state; gather them over each buffer's group (data x
+    // context, and the expert-data-parallel one for the experts' buffer) into buffers
     // laid out like the gradient buffers (zeros elsewhere, so a sum is a gather), then store them
     // like parameters.
     std::map<std::string, std::size_t> shard_of;
@@ -108,7 +109,7 @@ std::string Trainer::Impl::save_checkpoint() {
     std::set<std::string> kinds;
     for (const auto& [key, tensor] : state)
       kinds.insert(split_state_key(key).first);
-    Communicator& data = parallel.comm(Group::data);
+    Communicator& data = parallel.comm(Group::data_context);
     const auto count = static_cast<std::int64_t>(kinds.size());
     if (data.all_reduce_value(count, ReduceOp::max) != count ||
         data.all_reduce_value(count, ReduceOp::min) != count) {
@@ -129,7 +130,7 @@ std::string Trainer::Impl::save_checkpoint() {
           Tensor dst = buffer.slice(0, layout.param_offset[r.slot] + r.begin, r.end - r.begin);
           backend_for(Device::cpu()).copy(to_host(tensor).to(DType::f32), dst);
         }
-        Communicator& group = parallel.comm(d == 0 ? Group::data : Group::expert_data);
+        Communicator& group = parallel.comm(d == 0 ? Group::data_context : Group::expert_data);
         group.all_reduce(buffer.data<float>(), static_cast<std::size_t>(buffer.numel()), DType::f32,
                          ReduceOp::sum);
         for (std::size_t slot = 0; slot < domains[d].params.size(); ++slot) {
