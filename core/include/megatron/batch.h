@@ -31,6 +31,9 @@ struct FieldSpec {
   // In a model's input_fields: used when the dataset provides it (e.g. GPT's position_ids), not
   // required. Datasets leave it false.
   bool optional = false;
+  // In a model's input_fields: under context parallelism every rank gets the whole field (a
+  // padding mask over the keys), not its chunks of the sequence. Datasets leave it false.
+  bool whole_sequence = false;
   bool operator==(const FieldSpec&) const = default;
 };
 using SampleSpec = std::vector<FieldSpec>;

@@ -2,6 +2,7 @@
 // (megatron/nn/context_parallelism.h).
 #include "megatron/nn/context_parallelism.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -46,21 +47,37 @@ Tensor take_columns(const Tensor& field, const std::vector<std::int64_t>& positi
 }  // namespace
 
 Batch context_parallel_batch(const Batch& batch, const ContextParallelism& cp, std::int64_t seq,
-                             bool with_positions) {
+                             const SampleSpec& model_inputs) {
   const std::vector<std::int64_t> positions = context_positions(cp, seq);
   Batch out;
   for (const auto& [name, field] : batch.fields()) {
-    const bool per_position = field.dim() == 2 && field.size(1) == seq;
+    const FieldSpec* spec = find_field(model_inputs, name);
+    const bool per_position =
+        field.dim() == 2 && field.size(1) == seq && !(spec != nullptr && spec->whole_sequence);
     out.set(name, per_position ? take_columns(field, positions) : field);
   }
-  if (with_positions && !batch.has("position_ids") && batch.has("tokens")) {
-    const std::int64_t b = batch["tokens"].size(0), n = static_cast<std::int64_t>(positions.size());
+  const auto ids_field = std::find_if(model_inputs.begin(), model_inputs.end(),
+                                      [](const auto& f) { return f.kind == FieldKind::token_ids; });
+  if (find_field(model_inputs, "position_ids") && !batch.has("position_ids") &&
+      ids_field != model_inputs.end() && batch.has(ids_field->name)) {
+    const std::int64_t b = batch[ids_field->name].size(0),
+                       n = static_cast<std::int64_t>(positions.size());
     std::vector<std::int32_t> ids(static_cast<std::size_t>(b * n));
     for (std::size_t i = 0; i < ids.size(); ++i)
       ids[i] = static_cast<std::int32_t>(positions[i % static_cast<std::size_t>(n)]);
     out.set("position_ids", Tensor::from(ids, {b, n}));
   }
   return out;
+}
+
+double context_parallel_sum(Backend& be, const ContextParallelism& cp, double value) {
+  if (!cp.split()) return value;
+  Tensor host = Tensor::from(std::vector<double>{value}, {1});
+  Tensor summed = be.empty({1}, DType::f64);
+  be.copy(host, summed);
+  cp.comm->all_reduce(summed.raw_data(), 1, DType::f64, ReduceOp::sum);
+  be.copy(summed, host);
+  return host.data<double>()[0];
 }
 
 }  // namespace megatron::nn

@@ -17,13 +17,7 @@ float context_parallel_loss_scale(const LayerContext& ctx, const Tensor& mask, f
   double local = 0;
   for (const float m : mask.to_vector<float>())
     local += m;
-  Backend& be = ctx.backend;
-  Tensor host = Tensor::from(std::vector<double>{local}, {1});
-  Tensor summed = be.empty({1}, DType::f64);
-  be.copy(host, summed);
-  ctx.context.comm->all_reduce(summed.raw_data(), 1, DType::f64, ReduceOp::sum);
-  be.copy(summed, host);
-  const double group = host.data<double>()[0];
+  const double group = context_parallel_sum(ctx.backend, ctx.context, local);
   if (local <= 0 || group <= 0) return loss_scale;  // no token of this rank counts
   return static_cast<float>(static_cast<double>(loss_scale) * ctx.context.size * local / group);
 }

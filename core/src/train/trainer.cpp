@@ -103,8 +103,7 @@ Batch Trainer::Impl::held_share(Batch b) const {
   const ParallelState& parallel = services.parallel;
   if (parallel.cp_size() == 1) return b;
   const nn::ContextParallelism cp{nullptr, parallel.cp_rank(), parallel.cp_size()};
-  return nn::context_parallel_batch(b, cp, dataset.seq_length(),
-                                    find_field(model.input_fields(), "position_ids") != nullptr);
+  return nn::context_parallel_batch(b, cp, dataset.seq_length(), model.input_fields());
 }
 
 namespace {

@@ -8,6 +8,7 @@ namespace megatron::bert {
 struct BertModel::PostState : nn::LayerStackModel::ProcessState {
   nn::TransformLmHead::Run lm;
   nn::PooledHeadRun pooled;  // the sentence-order head's, or the task head's
+  bool pooled_here = false;  // this rank holds the [CLS] token (context-parallel rank 0)
 };
 
 StepResult BertModel::post_forward(const nn::LayerContext& ctx, const Batch& batch,
@@ -27,13 +28,23 @@ StepResult BertModel::post_forward(const nn::LayerContext& ctx, const Batch& bat
   Parameter& weight = output_copy_ ? *output_copy_ : *embedding_.word_embeddings;
   const nn::LmLossResult lm =
       lm_head_.forward(ctx, batch, normed, weight, output_bias_, options, tp(), st->lm);
-  result.losses.push_back({"lm loss", lm.token_count > 0 ? lm.loss_sum / lm.token_count : 0.0, 1});
+  // Under context parallelism the micro-batch's mean is the group's sum over the group's count,
+  // counted once (by context-parallel rank 0) when the ranks' terms are summed.
+  const double count = nn::context_parallel_sum(ctx.backend, ctx.context, lm.token_count);
+  const double counted = ctx.context.rank == 0 ? 1 : 0;
+  result.losses.push_back({"lm loss", count > 0 ? lm.loss_sum / count : 0.0, counted});
   if (binary_head_) {
-    result.losses.push_back(
-        {"sop loss",
-         st->pooled.forward(ctx, tp(), pooler_, normed, batch.size(), binary_head_layer_, 2,
-                            batch["is_random"], 0.0f, 0, options),
-         1});
+    // The pooler reads the [CLS] token, which only context-parallel rank 0 holds; its gradient
+    // there is scaled by the group's size since gradients are averaged over data x context.
+    st->pooled_here = ctx.context.rank == 0;
+    double sop = 0;
+    if (st->pooled_here) {
+      StepOptions pooled_options = options;
+      pooled_options.loss_scale *= static_cast<float>(ctx.context.size);
+      sop = st->pooled.forward(ctx, tp(), pooler_, normed, batch.size(), binary_head_layer_, 2,
+                               batch["is_random"], 0.0f, 0, pooled_options);
+    }
+    result.losses.push_back({"sop loss", sop, counted});
   }
   state = std::move(st);
   return result;
@@ -45,7 +56,9 @@ Tensor BertModel::post_backward(const nn::LayerContext& ctx, ProcessState* state
     return task_head_.backward(ctx, tp(), st->pooled);
   }
   Tensor dnormed = lm_head_.backward(ctx, st->lm);
-  if (binary_head_) st->pooled.backward(ctx, tp(), pooler_, binary_head_layer_, dnormed);
+  if (binary_head_ && st->pooled_here) {
+    st->pooled.backward(ctx, tp(), pooler_, binary_head_layer_, dnormed);
+  }
   return dnormed;
 }
 

@@ -26,6 +26,7 @@ namespace {
 
 struct EmbeddingState : nn::LayerStackModel::ProcessState {
   Tensor ids, types;  // (S, B)
+  Tensor positions;   // (S, B): the global positions under context parallelism, or undefined
 };
 
 }  // namespace
@@ -57,11 +58,15 @@ SampleSpec BertModel::input_fields() const {
             {"padding_mask", DType::i32, {}, FieldKind::mask},
             {"label", DType::i32, {}, FieldKind::value}};
   }
+  // Under context parallelism the padding mask stays whole (it masks keys, and every rank's
+  // queries see every key round the ring) and the learned position embedding is given the
+  // global positions of the rank's chunks.
   SampleSpec fields = {{"text", DType::i32, {}, FieldKind::token_ids},
                        {"types", DType::i32, {}, FieldKind::value},
                        {"labels", DType::i32, {}, FieldKind::labels},
                        {"loss_mask", DType::f32, {}, FieldKind::mask},
-                       {"padding_mask", DType::i32, {}, FieldKind::mask}};
+                       {"padding_mask", DType::i32, {}, FieldKind::mask, false, true},
+                       {"position_ids", DType::i32, {}, FieldKind::value, true}};
   if (binary_head_) fields.push_back({"is_random", DType::i32, {}, FieldKind::value});
   return fields;
 }
@@ -73,6 +78,13 @@ void BertModel::prepare(const ModelBuildInfo& info) {
         "embeddings, as in Megatron-core's BertModel");
   }
   (void)info;
+}
+
+std::string BertModel::context_parallel_refusal() const {
+  if (head_.kind != TaskHead::Kind::pretraining) {
+    return "task heads are not supported with context parallelism yet";
+  }
+  return "";
 }
 
 nn::LayerSpec BertModel::layer_spec(std::int64_t) const {
@@ -119,23 +131,29 @@ nn::LayerInputs BertModel::layer_inputs(const nn::LayerContext& ctx, const Batch
 Tensor BertModel::pre_forward(const nn::LayerContext& ctx, const Batch& batch, nn::LayerInputs&,
                               std::unique_ptr<ProcessState>& state) {
   const Tensor text = sequences(batch, "text");
-  if (text.size(1) != info().seq_length) {
+  if (text.size(1) != held_seq_length()) {
     throw Error("BERT: batch of sequence length " + std::to_string(text.size(1)) +
-                ", model built for " + std::to_string(info().seq_length));
+                ", model built for " + std::to_string(held_seq_length()) +
+                (info().cp_size > 1 ? " (this context-parallel rank's chunks)" : ""));
   }
   auto st = std::make_unique<EmbeddingState>();
   st->ids = nn::sequence_major(ctx.backend, text);
   if (binary_head_) st->types = nn::sequence_major(ctx.backend, sequences(batch, "types"));
+  if (batch.has("position_ids") && embedding_.position_embeddings) {
+    st->positions = nn::sequence_major(ctx.backend, batch["position_ids"]);
+  }
   Tensor x = ctx.backend.empty(
       {local_seq(text.size(1)), text.size(0), config_.transformer.hidden_size}, info().param_dtype);
-  embedding_.forward(ctx, st->ids, 0, x, binary_head_ ? &st->types : nullptr);
+  embedding_.forward(ctx, st->ids, 0, x, binary_head_ ? &st->types : nullptr,
+                     st->positions.defined() ? &st->positions : nullptr);
   state = std::move(st);
   return x;
 }
 
 void BertModel::pre_backward(const nn::LayerContext& ctx, ProcessState* state, const Tensor& dx) {
   auto* st = static_cast<EmbeddingState*>(state);
-  embedding_.backward(ctx, st->ids, 0, dx, binary_head_ ? &st->types : nullptr);
+  embedding_.backward(ctx, st->ids, 0, dx, binary_head_ ? &st->types : nullptr,
+                      st->positions.defined() ? &st->positions : nullptr);
 }
 
 std::string BertModel::describe() const {

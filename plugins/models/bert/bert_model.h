@@ -38,6 +38,7 @@ class BertModel : public nn::LayerStackModel {
 
  protected:
   void prepare(const ModelBuildInfo& info) override;
+  std::string context_parallel_refusal() const override;
   nn::LayerSpec layer_spec(std::int64_t layer) const override;
   std::uint64_t declare_pre_process(nn::ParamFactory& factory) override;
   void declare_post_process(nn::ParamFactory& factory, bool with_pre_process) override;

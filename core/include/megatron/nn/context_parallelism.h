@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "megatron/backend/backend.h"
 #include "megatron/batch.h"
 #include "megatron/parallel/communicator.h"
 
@@ -25,10 +26,15 @@ std::vector<std::int64_t> context_positions(const ContextParallelism& cp, std::i
 // This rank's share of a micro-batch (Megatron's get_batch_on_this_cp_rank): every field of
 // shape (B, seq) (tokens, labels, loss_mask, position_ids, the documents' first keys) cut to the
 // rank's positions, values unchanged (position ids and first keys stay positions in the whole
-// sequence); other fields whole. `with_positions` and no position_ids in the batch: adds
-// position_ids (B, seq / cp) holding the global positions, since a learned position embedding
-// cannot tell them once the sequence is cut.
+// sequence), except those `model_inputs` marks whole_sequence; other fields whole. When
+// `model_inputs` takes position_ids and the batch has none: adds position_ids (B, seq / cp)
+// holding the global positions, since a learned position embedding cannot tell them once the
+// sequence is cut.
 Batch context_parallel_batch(const Batch& batch, const ContextParallelism& cp, std::int64_t seq,
-                             bool with_positions);
+                             const SampleSpec& model_inputs);
+
+// `value` summed over the context-parallel group (on the group's devices, in f64); `value` itself
+// when the sequence is not split.
+double context_parallel_sum(Backend& be, const ContextParallelism& cp, double value);
 
 }  // namespace megatron::nn
