@@ -67,9 +67,9 @@ struct ModelBuildInfo {
   int ep_rank = 0;
   int ep_size = 1;
   int etp_size = 1;  // expert_tensor_parallel_size, resolved (experts split over it: not yet)
-  // The data-parallel group (Megatron's, which the expert-parallel group is carved out of), for
-  // per-iteration statistics summed over the data-parallel ranks (MoE's expert-bias token
-  // counts). Null: one data-parallel rank (or `plan`).
+  // The data x context group (the data-parallel one when context_parallel_size is 1), for
+  // per-iteration statistics summed over every token of the iteration (MoE's expert-bias token
+  // counts). Null: one rank in that group (or `plan`).
   Communicator* data_comm = nullptr;
   // Context parallelism: this rank's place in its context-parallel group and the group's device
   // communicator; each rank holds two chunks of every sequence (nn/context_parallelism.h), and

@@ -71,13 +71,19 @@ Batch context_parallel_batch(const Batch& batch, const ContextParallelism& cp, s
 }
 
 double context_parallel_sum(Backend& be, const ContextParallelism& cp, double value) {
-  if (!cp.split()) return value;
-  Tensor host = Tensor::from(std::vector<double>{value}, {1});
-  Tensor summed = be.empty({1}, DType::f64);
+  return context_parallel_sum(be, cp, std::vector<double>{value})[0];
+}
+
+std::vector<double> context_parallel_sum(Backend& be, const ContextParallelism& cp,
+                                         std::vector<double> values) {
+  if (!cp.split() || values.empty()) return values;
+  const auto n = static_cast<std::int64_t>(values.size());
+  Tensor host = Tensor::from(values, {n});
+  Tensor summed = be.empty({n}, DType::f64);
   be.copy(host, summed);
-  cp.comm->all_reduce(summed.raw_data(), 1, DType::f64, ReduceOp::sum);
+  cp.comm->all_reduce(summed.raw_data(), values.size(), DType::f64, ReduceOp::sum);
   be.copy(summed, host);
-  return host.data<double>()[0];
+  return host.to_vector<double>();
 }
 
 }  // namespace megatron::nn

@@ -24,7 +24,11 @@ ModelBuildInfo model_build_info(ParallelState& parallel, const config::CoreConfi
   info.ep_rank = parallel.ep_rank();
   info.ep_size = parallel.ep_size();
   info.etp_size = parallel.etp_size();
-  info.data_comm = parallel.dp_size() > 1 ? &parallel.device_comm(Group::data) : nullptr;
+  // Per-iteration statistics (MoE's expert-bias token counts) cover every token of the
+  // iteration: summed over data x context.
+  info.data_comm = parallel.group_size(Group::data_context) > 1
+                       ? &parallel.device_comm(Group::data_context)
+                       : nullptr;
   info.context_comm = parallel.cp_size() > 1 ? &parallel.device_comm(Group::context) : nullptr;
   info.cp_rank = parallel.cp_rank();
   info.cp_size = parallel.cp_size();

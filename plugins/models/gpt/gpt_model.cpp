@@ -28,10 +28,7 @@ std::string GptModel::describe() const {
 }
 
 std::string GptModel::context_parallel_refusal() const {
-  if (config_.transformer.moe.num_experts > 0) {
-    return "Mixture of Experts layers are not supported with context parallelism yet";
-  }
-  return "";
+  return "";  // every GPT layer, dense or MoE, splits its sequences
 }
 
 }  // namespace megatron::gpt

@@ -36,5 +36,8 @@ Batch context_parallel_batch(const Batch& batch, const ContextParallelism& cp, s
 // `value` summed over the context-parallel group (on the group's devices, in f64); `value` itself
 // when the sequence is not split.
 double context_parallel_sum(Backend& be, const ContextParallelism& cp, double value);
+// Each of `values` summed over the context-parallel group, in one reduction.
+std::vector<double> context_parallel_sum(Backend& be, const ContextParallelism& cp,
+                                         std::vector<double> values);
 
 }  // namespace megatron::nn

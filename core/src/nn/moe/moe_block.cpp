@@ -99,33 +99,41 @@ void MoeBlock::route_rows(const LayerContext& ctx, const Tensor& x_rows, std::in
   // the loss (MoEAuxLossAutoScaler's main_loss_backward_scale).
   if (!ctx.training) return;
   run.aux_grad.assign(static_cast<std::size_t>(t * e), 0.0);
-  // Under sequence parallelism each tensor-parallel rank holds part of the tokens: the expert
-  // counts are summed over the group, the z-loss coefficient divided by it (Megatron's router),
-  // so the ranks' terms add up to the unsplit run's; the logged values are those sums.
-  const double shards = tp_.sp() ? tp_.size : 1;
+  // Under sequence and context parallelism each rank holds part of the tokens: the expert counts
+  // are summed over the tensor x context group, the z-loss coefficient divided by its size
+  // (Megatron's router, its tp_cp group), so the ranks' terms add up to the unsplit run's; the
+  // logged values are those sums. The context-parallel ranks' gradients are averaged with the
+  // data-parallel ones, so each rank's term's gradient is scaled by cp (as the lm loss's).
+  const double cp = ctx.context.size;
+  const double shards = (tp_.sp() ? tp_.size : 1) * cp;
+  const float grad_scale = ctx.loss_scale * static_cast<float>(cp);
+  auto group_sum = [&](std::vector<double> values) {
+    if (tp_.sp()) values = tensor_parallel_sum(ctx.backend, values);
+    return context_parallel_sum(ctx.backend, ctx.context, std::move(values));
+  };
   std::vector<std::pair<const char*, double>> logged;
   if (moe.z_loss_coeff > 0) {
     const double coeff = moe.z_loss_coeff / shards;
-    const double z = moe::z_loss(l.data(), t, e, coeff, ctx.loss_scale, run.aux_grad.data());
+    const double z = moe::z_loss(l.data(), t, e, coeff, grad_scale, run.aux_grad.data());
     logged.emplace_back("z_loss", z / moe.z_loss_coeff);
   }
   if (moe.load_balancing != LoadBalancing::none && moe.aux_loss_coeff > 0) {
     // aux_loss: the micro-batch's tokens; seq_aux_loss: each sequence's (rows s * B + b).
     const std::int64_t groups = moe.load_balancing == LoadBalancing::seq_aux_loss ? sequences : 1;
-    std::vector<double> counts = moe::aux_tokens_per_expert(moe.routing, l.data(), t, groups);
-    if (tp_.sp()) counts = tensor_parallel_sum(ctx.backend, counts);
+    const std::vector<double> counts =
+        group_sum(moe::aux_tokens_per_expert(moe.routing, l.data(), t, groups));
     const double loss = moe::load_balancing_loss(
         moe.routing, l.data(), t, groups, counts, static_cast<double>(t / groups) * shards,
-        moe.aux_loss_coeff, ctx.loss_scale, run.aux_grad.data());
+        moe.aux_loss_coeff, grad_scale, run.aux_grad.data());
     const char* name = moe.load_balancing == LoadBalancing::seq_aux_loss ? "seq_load_balancing_loss"
                                                                          : "load_balancing_loss";
     logged.emplace_back(name, loss / moe.aux_loss_coeff);
   }
-  if (tp_.sp() && !logged.empty()) {
+  if (shards > 1 && !logged.empty()) {
     std::vector<double> values;
     for (const auto& [name, value] : logged)
       values.push_back(value);
-    values = tensor_parallel_sum(ctx.backend, values);
+    values = group_sum(std::move(values));
     for (std::size_t i = 0; i < logged.size(); ++i)
       logged[i].second = values[i];
   }
