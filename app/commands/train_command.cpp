@@ -116,6 +116,7 @@ int run_train(MpiRuntime& runtime, const std::vector<std::string>& args) {
       "world {}: tensor {} x pipeline {} x context {} x data {}; {} compute thread(s)",
       parallel.world_size(), parallel.tp_size(), parallel.pp_size(), parallel.cp_size(),
       parallel.dp_size(), compute_threads());
+  session.log->info("kernels: {}", backend_for(parallel.device()).describe());
 
   if (const SelectedPlugin* task = session.selected_for("task")) {
     return run_task(session, parallel, *task);

@@ -75,6 +75,9 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "cpu", "cuda:0"
+  // What runs this backend's kernels, for the start-up log (the CPU's GEMM libraries and their
+  // kernels); name() unless a backend says more.
+  virtual std::string describe() const { return name(); }
   // Waits for all work queued on this backend (no-op on CPU).
   virtual void synchronize() = 0;
 

@@ -10,6 +10,7 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu(); }
   std::string name() const override { return "cpu"; }
+  std::string describe() const override;  // blas_capabilities.cpp
   void synchronize() override {}
 
   // cpu_backend.cpp

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/blas_capabilities.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm_onednn.h"
 #include "backend/cpu/gemm_policy.h"
@@ -160,7 +161,8 @@ std::atomic<int> forced_f32_library{-1};
 
 bool f32_uses_onednn(const GemmProblem& p) {
   const int forced = forced_f32_library.load(std::memory_order_relaxed);
-  const GemmLibrary library = forced < 0 ? f32_library(p) : static_cast<GemmLibrary>(forced);
+  const GemmLibrary library =
+      forced < 0 ? f32_library(p, openblas_kernels_generic()) : static_cast<GemmLibrary>(forced);
   return !fits_blas_int(p) || library == GemmLibrary::onednn;
 }
 

@@ -44,6 +44,16 @@ inline GemmLibrary f32_library(const GemmProblem& p) {
   return GemmLibrary::onednn;
 }
 
+// The rule on this machine: when OpenBLAS runs generic (pre-AVX2) kernels on a CPU with AVX2 or
+// better (blas_capabilities.h; Debian 12's OpenBLAS 0.3.21 takes some new Intel CPUs for a
+// "Prescott": 40 GFLOP/s on 2 threads against 250 with its SkylakeX kernels) it serves no shape
+// well, and every f32 GEMM goes to oneDNN, which compiles its kernels for the CPU it runs on. The
+// route still depends only on the shape and the machine (CPU and library build), so a run
+// repeats bit for bit on the same machine.
+inline GemmLibrary f32_library(const GemmProblem& p, bool openblas_generic) {
+  return openblas_generic ? GemmLibrary::onednn : f32_library(p);
+}
+
 // Overrides the rule above for every f32 GEMM in the process (nullopt restores it), so tests can
 // run each case through both libraries and benchmarks can compare them.
 void force_f32_library(std::optional<GemmLibrary> library);
