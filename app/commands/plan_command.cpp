@@ -108,9 +108,20 @@ int run_plan(MpiRuntime& runtime, const std::vector<std::string>& args) {
       core.ddp.use_distributed_optimizer,
       layout.precision == train::Precision::fp32 ? "fp32" : "16-bit",
       train::format_bytes(needed_bytes_per_rank(run, session)));
+  const double flops = model->flops_per_iteration(run.global_batch_size);
   std::cout << fmt::format("model FLOPs per iteration (global batch {}): {:.4e}\n",
-                           run.global_batch_size,
-                           model->flops_per_iteration(run.global_batch_size));
+                           run.global_batch_size, flops);
+  // The training log's MFU denominator: the same figure when configured.
+  const double peak = core.runtime.peak_tflops;
+  if (peak > 0) {
+    std::cout << fmt::format(
+        "MFU peak: {:.3f} TFLOP/s per rank ([runtime] peak_tflops); an iteration takes at least "
+        "{:.3f} s on {} ranks (MFU 100%)\n",
+        peak, flops / (peak * 1e12 * static_cast<double>(world)), world);
+  } else {
+    std::cout << "MFU peak: measured when training starts (a GEMM on the rank's device); set "
+                 "[runtime] peak_tflops to plan with one\n";
+  }
   return 0;
 }
 

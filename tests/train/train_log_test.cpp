@@ -55,6 +55,22 @@ TEST(TrainingLog, OptionalFieldsAppearOnlyWhenSet) {
             "iterations:   2 | number of nan iterations:   1 |");
 }
 
+TEST(TrainingLog, SmallThroughputKeepsThreeDecimalsAndMfuFollowsIt) {
+  // Below 10 TFLOP/s (a CPU) Megatron's one decimal would print 0.1 for every model.
+  auto f = sample_figures();
+  f.tflops_per_gpu = 0.08734;
+  f.mfu = 0.40437;
+  const auto line = format_training_log(f, "T");
+  EXPECT_NE(line.find(" | throughput per GPU (TFLOP/s/GPU): 0.087 | MFU: 40.4% | learning rate:"),
+            std::string::npos)
+      << line;
+  f.tflops_per_gpu = 10.04;
+  EXPECT_NE(format_training_log(f, "T").find("(TFLOP/s/GPU): 10.0 | MFU"), std::string::npos);
+  const auto j = nlohmann::json::parse(training_metrics_json(f));
+  EXPECT_EQ(j["mfu"].get<double>(), 0.40437);
+  EXPECT_TRUE(nlohmann::json::parse(training_metrics_json(sample_figures()))["mfu"].is_null());
+}
+
 TEST(TrainingLog, PythonNumberSpellings) {
   // python3: '{:.6E}'.format(1e-100) '1.000000E-100', float('nan') -> 'NAN' / 'nan',
   // '{:.1f}'.format(0.25) '0.2' (exact binary half rounds to even), -0.0 -> '-0.000000E+00'.

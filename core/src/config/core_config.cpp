@@ -285,7 +285,11 @@ TableSchema runtime_schema() {
       .string("device", "cpu", "cpu, cuda (this rank's local GPU) or cuda:N")
       .boolean("skip_memory_check", false,
                "start training without comparing the memory `plan` computes per rank with the "
-               "memory this rank can use");
+               "memory this rank can use")
+      .real("peak_tflops", 0.0,
+            "one rank's peak TFLOP/s at the run's GEMM precision, the MFU's denominator; 0: "
+            "measured at start-up with a GEMM on the rank's device",
+            Range::at_least(0));
   s.rule([](const ConfigTable& t) {
     const std::string& device = t.string("device");
     bool valid = true;
@@ -422,6 +426,7 @@ CoreConfig make_core_config(const std::vector<ConfigTable>& tables) {
   c.runtime.threads = static_cast<int>(r.integer("threads"));
   c.runtime.device = r.string("device");
   c.runtime.skip_memory_check = r.boolean("skip_memory_check");
+  c.runtime.peak_tflops = r.real("peak_tflops");
 
   c.plugins.paths = find_table(tables, "plugins").string_list("paths");
   return c;

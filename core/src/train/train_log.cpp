@@ -75,8 +75,12 @@ std::string format_training_log(const TrainingLogFigures& f, std::string_view ti
     s += " skipped samples: " + py_format_int(f.skipped_samples, 12) + " |";
   s += " elapsed time per iteration (ms): " + py_format_fixed(f.elapsed_ms_per_iteration, 1) + " |";
   if (f.tflops_per_gpu) {
-    s += " throughput per GPU (TFLOP/s/GPU): " + py_format_fixed(*f.tflops_per_gpu, 1) + " |";
+    // Megatron's one decimal, and three below 10 TFLOP/s, where one would say nothing (a CPU).
+    const int decimals = *f.tflops_per_gpu < 10 ? 3 : 1;
+    s +=
+        " throughput per GPU (TFLOP/s/GPU): " + py_format_fixed(*f.tflops_per_gpu, decimals) + " |";
   }
+  if (f.mfu) s += " MFU: " + py_format_fixed(*f.mfu * 100, 1) + "% |";
   s += " learning rate: " + py_format_exp(f.learning_rate, 6) + " |";
   s += " global batch size: " + py_format_int(f.global_batch_size, 5) + " |";
   for (const auto& loss : f.losses) {
@@ -131,6 +135,7 @@ std::string training_metrics_json(const TrainingLogFigures& f) {
   j["consumed_samples"] = f.consumed_samples;
   j["elapsed_ms"] = number_or_null(f.elapsed_ms_per_iteration);
   j["tflops"] = f.tflops_per_gpu ? number_or_null(*f.tflops_per_gpu) : Json(nullptr);
+  j["mfu"] = f.mfu ? number_or_null(*f.mfu) : Json(nullptr);
   j["lr"] = number_or_null(f.learning_rate);
   j["global_batch_size"] = f.global_batch_size;
   // Losses sit between fixed keys; a loss with a fixed key's name would overwrite it silently.
@@ -140,6 +145,7 @@ std::string training_metrics_json(const TrainingLogFigures& f) {
                                            "consumed_samples",
                                            "elapsed_ms",
                                            "tflops",
+                                           "mfu",
                                            "lr",
                                            "global_batch_size",
                                            "loss_scale",

@@ -16,6 +16,7 @@
 #include "megatron/nn/context_parallelism.h"
 #include "megatron/nn/init.h"
 #include "megatron/train/model_setup.h"
+#include "megatron/train/peak_flops.h"
 #include "megatron/train/sample_counts.h"
 #include "megatron/train/train_log.h"
 #include "pipeline_executor.h"
@@ -265,6 +266,17 @@ TrainSummary Trainer::run() {
                           : params.numel());
   }
   t.optimizer.attach(opt_params);
+  // The MFU's denominator, on the rank that prints the log.
+  double peak_tflops = core.runtime.peak_tflops;
+  if (last_rank && peak_tflops <= 0) {
+    peak_tflops = measure_peak_tflops(be, info.compute_dtype);
+    log.info(
+        "MFU against a peak of {:.3f} TFLOP/s per rank (a {} GEMM measured at start-up; "
+        "[runtime] peak_tflops sets it)",
+        peak_tflops, dtype_name(info.compute_dtype));
+  } else if (last_rank) {
+    log.info("MFU against a peak of {:.3f} TFLOP/s per rank ([runtime] peak_tflops)", peak_tflops);
+  }
   if (!core.checkpoint.load.empty()) t.load_checkpoint();
   // finetune_utils: the pretrained checkpoint initialises the model when nothing was resumed.
   if (t.finetune && t.iteration == 0 && t.finetune->initialise) t.finetune->initialise();
@@ -486,6 +498,7 @@ TrainSummary Trainer::run() {
       f.tflops_per_gpu = t.model.flops_per_iteration(sizes.running_global_batch_size) /
                          (elapsed / static_cast<double>(interval_iters) * 1e12 *
                           static_cast<double>(parallel.world_size()));
+      if (peak_tflops > 0) f.mfu = model_flops_utilization(*f.tflops_per_gpu, peak_tflops);
       f.learning_rate = t.scheduler->current_lr();
       f.global_batch_size = sizes.running_global_batch_size;
       for (const NamedLoss& l : interval_losses)

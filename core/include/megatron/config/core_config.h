@@ -103,6 +103,8 @@ struct RuntimeConfig {
   std::string device = "cpu";
   // Training starts without comparing the plan's memory per rank with what the rank may use.
   bool skip_memory_check = false;
+  // One rank's peak TFLOP/s for the MFU in the training log; 0: measured at start-up.
+  double peak_tflops = 0.0;
 };
 
 struct PluginsConfig {

@@ -26,6 +26,8 @@ struct TrainingLogFigures {
   std::int64_t skipped_samples = 0;  // printed only when > 0
   double elapsed_ms_per_iteration = 0.0;
   std::optional<double> tflops_per_gpu;
+  // Model FLOP utilization: tflops_per_gpu over the rank's peak (a fraction; printed in %).
+  std::optional<double> mfu;
   double learning_rate = 0.0;
   std::int64_t global_batch_size = 0;
   // Printed as given: Megatron's loop drops a loss whose interval average is negative (or zero in

@@ -52,7 +52,7 @@ MatmulKey key_for(const GemmProblem& p, float alpha, float beta) {
 }
 
 struct CachedMatmul {
-  bool usable = false;  // false: oneDNN offers only its reference kernel
+  bool usable = false;  // false: oneDNN offers only its reference (or an emulating) kernel
   std::string impl;
   dnnl::matmul primitive;
   memory::desc a_desc, b_desc, c_desc, scratchpad_desc;
@@ -106,6 +106,11 @@ std::shared_ptr<const CachedMatmul> create_matmul(const GemmProblem& p, float al
         dnnl::matmul::desc(entry->a_desc, entry->b_desc, entry->c_desc), attr, cpu_engine());
     entry->impl = pd.impl_info_str();
     if (std::string_view(entry->impl).starts_with("ref")) return entry;
+    // Without AVX512-BF16 (which every AMX CPU also has) oneDNN 2.6 runs bf16 through a gemm:jit
+    // that converts as it goes, at a sixth of its f32 rate (34 against 216 GFLOP/s on 2 threads
+    // of an AVX-512 Xeon, bench/RESULTS.md): the exact widening to f32 and the f32 route are
+    // faster there.
+    if (p.input_dtype == DType::bf16 && !__builtin_cpu_supports("avx512bf16")) return entry;
     entry->scratchpad_desc = pd.scratchpad_desc();
     entry->primitive = dnnl::matmul(pd);
     entry->usable = true;
