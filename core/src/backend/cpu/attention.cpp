@@ -18,6 +18,7 @@
 #include <string>
 
 #include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/blas_capabilities.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/op_argument_checks.h"
@@ -30,13 +31,14 @@ enum class Isa { generic = 0, avx2 = 1, avx512 = 2 };
 
 Isa best_isa() {
   static const Isa best = [] {
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq")) {
-      return Isa::avx512;
+    switch (cpu_isa_level()) {
+      case IsaLevel::avx512:
+        return Isa::avx512;
+      case IsaLevel::avx2:
+        return Isa::avx2;
+      default:
+        return Isa::generic;
     }
-    return avx2 ? Isa::avx2 : Isa::generic;
   }();
   return best;
 }

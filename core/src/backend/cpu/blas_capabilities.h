@@ -14,7 +14,8 @@ enum class IsaLevel { baseline, avx, avx2, avx512 };
 
 const char* isa_name(IsaLevel level);
 
-// This CPU's level (AVX2 needs FMA; AVX-512 the F, BW, DQ and VL subsets the kernels use).
+// This CPU's level (AVX2 needs FMA; AVX-512 the F, BW, DQ and VL subsets the kernels use); the
+// attention kernels pick their variant by it too.
 IsaLevel cpu_isa_level();
 
 // The level of an OpenBLAS core name (openblas_get_corename(): "SkylakeX", "Haswell", "Zen",
