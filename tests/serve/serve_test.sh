@@ -3,9 +3,9 @@
 # Python's requests (requests_client.py), the OpenAI client library from npm (openai_client.mjs)
 # and headless Chromium on the page at / (page_test.py); the answers are compared with
 # `megatron-app generate`'s greedy text, itself checked against PyTorch (tests/inference). Last,
-# SIGTERM stops the server with exit 0. Then a server on two ranks (tensor parallelism: rank 0
-# serves, rank 1 follows its decoding) answers /api as generate does, and stops on SIGTERM to
-# rank 0 with mpirun's exit 0.
+# SIGTERM stops the server with exit 0. Then a server on four ranks (TP2 x PP2: rank 0 serves,
+# the others follow its decoding) answers /api as generate does, and stops on SIGTERM to rank 0
+# with mpirun's exit 0.
 #   serve_test.sh MEGATRON_APP WORK_DIR TASKS_GPT_CHECKPOINT_DIR MPIEXEC
 set -euo pipefail
 app=$1 work=$2 tasks_dir=$3 mpiexec=$4
@@ -89,15 +89,17 @@ grep -q "SIGTERM: stopping the server" "$work/serve.log" && grep -q "server stop
   fail "no clean stop in the log: $(tail -3 "$work/serve.log")"
 echo "ok   SIGTERM stopped the server cleanly"
 
-# Two ranks, tensor parallelism (the padded vocabulary kept by make_vocab_size_divisible_by 64 x 2).
-ASAN_OPTIONS=detect_leaks=0 "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none -np 2 \
+# Four ranks, tensor x pipeline parallelism (the padded vocabulary kept by
+# make_vocab_size_divisible_by 64 x 2).
+ASAN_OPTIONS=detect_leaks=0 "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none -np 4 \
   "$app" serve "${model[@]}" --port 0 --set parallel.tensor_model_parallel_size=2 \
-  --set model.make_vocab_size_divisible_by=64 > "$work/serve_tp2.out" 2> "$work/serve_tp2.log" &
+  --set parallel.pipeline_model_parallel_size=2 --set model.make_vocab_size_divisible_by=64 \
+  > "$work/serve_tp2.out" 2> "$work/serve_tp2.log" &
 launcher=$!
 trap 'kill $launcher 2>/dev/null || true' EXIT
 url=$(wait_for_url "$work/serve_tp2.out" $launcher)
 got=$(api_text "$url")
-[ "$got" = "$want" ] || fail "TP2 /api: $got, generate gave $want"
+[ "$got" = "$want" ] || fail "TP2 x PP2 /api: $got, generate gave $want"
 rank0=$(pgrep -f "megatron-app serve" | while read -r p; do
   if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0"; then
     echo "$p"
@@ -109,5 +111,5 @@ code=0
 wait $launcher || code=$?
 trap - EXIT
 [ "$code" = 0 ] || fail "after SIGTERM to rank 0, mpirun exited $code: $(tail -3 "$work/serve_tp2.log")"
-echo "ok   two ranks (TP2) answer /api as generate; SIGTERM to rank 0 ends the job with 0"
+echo "ok   four ranks (TP2 x PP2) answer /api as generate; SIGTERM to rank 0 ends the job with 0"
 echo "serve: curl, requests, the openai client and the page agree with generate"
