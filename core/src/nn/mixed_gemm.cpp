@@ -1,18 +1,7 @@
-// GEMM with inputs cast to bf16/fp16 for mixed-precision training.
+// GEMM with inputs rounded to bf16/fp16 for mixed-precision training.
 #include "megatron/nn/mixed_gemm.h"
 
 namespace megatron::nn {
-
-namespace {
-
-Tensor cast_to(Backend& backend, const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  Tensor out = backend.empty(t.shape(), dtype);
-  backend.cast(t, out);
-  return out;
-}
-
-}  // namespace
 
 void mixed_gemm(Backend& backend, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                 Tensor& c, DType compute, float alpha, float beta) {
@@ -20,8 +9,8 @@ void mixed_gemm(Backend& backend, const Tensor& a, bool trans_a, const Tensor& b
     backend.gemm(a, trans_a, b, trans_b, c, alpha, beta);
     return;
   }
-  backend.gemm(cast_to(backend, a, compute), trans_a, cast_to(backend, b, compute), trans_b, c,
-               alpha, beta);
+  backend.gemm(backend.gemm_operand(a, compute), trans_a, backend.gemm_operand(b, compute), trans_b,
+               c, alpha, beta);
 }
 
 void mixed_grouped_gemm(Backend& backend, const Tensor& a, bool trans_a, const Tensor& b,
@@ -31,8 +20,8 @@ void mixed_grouped_gemm(Backend& backend, const Tensor& a, bool trans_a, const T
     backend.grouped_gemm(a, trans_a, b, trans_b, group_rows, c, alpha, beta);
     return;
   }
-  backend.grouped_gemm(cast_to(backend, a, compute), trans_a, cast_to(backend, b, compute), trans_b,
-                       group_rows, c, alpha, beta);
+  backend.grouped_gemm(backend.gemm_operand(a, compute), trans_a, backend.gemm_operand(b, compute),
+                       trans_b, group_rows, c, alpha, beta);
 }
 
 }  // namespace megatron::nn

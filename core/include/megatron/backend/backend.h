@@ -118,6 +118,13 @@ class Backend {
                             const std::vector<std::int64_t>& group_rows, Tensor& c,
                             float alpha = 1.0f, float beta = 0.0f);
 
+  // `t` as a GEMM at `compute` precision (bf16, f16) reads it: its values rounded to that
+  // precision. The default casts to `compute`. A backend whose `compute` GEMMs would widen their
+  // inputs to f32 anyway (CPUs without AVX512-BF16) returns f32 holding the rounded values: the
+  // same products, without a narrow copy that the GEMM widens again. Both operands of one GEMM
+  // come back in the same dtype.
+  virtual Tensor gemm_operand(const Tensor& t, DType compute);
+
   // ---- elementwise --------------------------------------------------------------------------
   // y = x + bias, bias (N) broadcast over the rows of x (..., N). y may alias x.
   virtual void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) = 0;

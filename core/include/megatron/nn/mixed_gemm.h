@@ -9,8 +9,8 @@
 
 namespace megatron::nn {
 
-// c = alpha op(a) op(b) + beta c; with `compute` bf16 or f16, a and b are cast to it first (c and
-// the rest of the model stay in their own dtype). Any other `compute` runs the GEMM as given.
+// c = alpha op(a) op(b) + beta c; with `compute` bf16 or f16, a and b are rounded to it first
+// (Backend::gemm_operand; c and the rest of the model stay in their own dtype). Any other `compute` runs the GEMM as given.
 void mixed_gemm(Backend& backend, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                 Tensor& c, DType compute, float alpha = 1.0f, float beta = 0.0f);
 

@@ -114,6 +114,10 @@ bool openblas_kernels_generic() {
   return generic;
 }
 
+bool bf16_gemm_widened() {
+  return !__builtin_cpu_supports("avx512bf16");
+}
+
 std::string gemm_routes_summary() {
   const std::string core = openblas_core();
   bool known = false;

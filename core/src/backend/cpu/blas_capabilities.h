@@ -29,6 +29,10 @@ bool openblas_runs_generic_kernels(std::string_view core, IsaLevel cpu);
 // This process's: openblas_get_corename() against cpu_isa_level(), decided once.
 bool openblas_kernels_generic();
 
+// bf16 GEMMs run faster as exact f32 widenings here: oneDNN 2.6 has no fast bf16 kernel without
+// AVX512-BF16 (which every AMX CPU also has), only a gemm:jit that converts as it goes.
+bool bf16_gemm_widened();
+
 // One line for the start-up log: the CPU's level, OpenBLAS's build and core, and which library
 // runs f32 and bf16 GEMMs here.
 std::string gemm_routes_summary();

@@ -118,6 +118,24 @@ void CpuBackend::cast(const Tensor& src, Tensor& dst) {
     }
     return;
   }
+  // Widening (exact) for the GEMM operands of bf16 weights held for generation, and logits.
+  if (src.is_contiguous() && dst.is_contiguous() && dst.dtype() == DType::f32 &&
+      (src.dtype() == DType::bf16 || src.dtype() == DType::f16)) {
+    float* out = dst.data<float>();
+    const std::int64_t count = src.numel();
+    if (src.dtype() == DType::bf16) {
+      const bf16* in = src.data<bf16>();
+#pragma omp parallel for schedule(static) if (count > 32768)
+      for (std::int64_t i = 0; i < count; ++i)
+        out[i] = static_cast<float>(in[i]);
+    } else {
+      const f16* in = src.data<f16>();
+#pragma omp parallel for schedule(static) if (count > 32768)
+      for (std::int64_t i = 0; i < count; ++i)
+        out[i] = static_cast<float>(in[i]);
+    }
+    return;
+  }
   const auto dst_offsets = row_offsets(dst);
   const void* src_base = src.storage()->data();
   void* dst_base = dst.storage()->data();

@@ -25,6 +25,7 @@ class CpuBackend final : public Backend {
   // gemm.cpp
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
             float beta) override;
+  Tensor gemm_operand(const Tensor& t, DType compute) override;
 
   // elementwise.cpp
   void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) override;

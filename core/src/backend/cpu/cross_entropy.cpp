@@ -7,7 +7,13 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/rows.h"
 #include "backend/optimizer_math.h"
+
+// The row loops below are built for AVX-512 and AVX2 as well as baseline x86-64
+// (MEGATRON_CPU_CLONES): the vocabulary-wide passes are a sixth of a small GPT's step. This file
+// is compiled with -ffp-contract=off (core/CMakeLists.txt) so that no clone fuses a multiply and
+// an add: every clone gives the baseline's bits, and the losses do not depend on the CPU's ISA.
 
 namespace megatron::cpu {
 
@@ -112,7 +118,7 @@ void check_targets(const char* op, const Tensor& targets, const Tensor& logits) 
 
 // Eight interleaved running maxima, so the compiler can use vector max instructions.
 template <typename Logit, typename Acc>
-Acc max_row(const Logit* x, std::int64_t n) {
+MEGATRON_CPU_CLONES Acc max_row(const Logit* x, std::int64_t n) {
   constexpr std::int64_t kLanes = 8;
   Acc lanes[kLanes];
   for (Acc& lane : lanes)
@@ -133,7 +139,7 @@ Acc max_row(const Logit* x, std::int64_t n) {
 // Sum of exp(x - max) with eight interleaved partial sums combined in a fixed order: the same bits
 // whatever the row's alignment, and a shorter dependency chain than one running sum.
 template <typename Logit, typename Acc>
-Acc sum_exp_row(const Logit* x, std::int64_t n, Acc row_max) {
+MEGATRON_CPU_CLONES Acc sum_exp_row(const Logit* x, std::int64_t n, Acc row_max) {
   constexpr std::int64_t kLanes = 8;
   Acc lanes[kLanes] = {};
   std::int64_t j = 0;
@@ -146,6 +152,20 @@ Acc sum_exp_row(const Logit* x, std::int64_t n, Acc row_max) {
     lanes[k] += ops::softmax_exp(static_cast<Acc>(x[j + k]) - row_max);
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+// One row's gradient, (softmax - onehot(t)) * g; t < 0 when the target is on another shard.
+template <typename Logit, typename Acc>
+MEGATRON_CPU_CLONES void cross_entropy_backward_row(const Logit* x, Logit* dx, std::int64_t n,
+                                                    std::int64_t t, Acc m, Acc inv_sum, Acc g) {
+  // Read before the row is overwritten: dlogits may alias logits.
+  const Acc target_x = t >= 0 ? static_cast<Acc>(x[t]) : Acc(0);
+  // No loop-carried dependence even in place: element j is read, then written.
+#pragma omp simd
+  for (std::int64_t j = 0; j < n; ++j)
+    dx[j] =
+        static_cast<Logit>(ops::cross_entropy_grad(static_cast<Acc>(x[j]), m, inv_sum, false, g));
+  if (t >= 0) dx[t] = static_cast<Logit>(ops::cross_entropy_grad(target_x, m, inv_sum, true, g));
 }
 
 }  // namespace
@@ -276,18 +296,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     for (std::int64_t r = 0; r < n_rows; ++r) {
       const Logit* x = in_base + in_rows[static_cast<std::size_t>(r)];
       Logit* dx = out_base + out_rows[static_cast<std::size_t>(r)];
-      const std::int64_t t = target[static_cast<std::size_t>(r)];
-      const Acc m = max_of[r], inv_sum = Acc(1) / sum_of[r], g = dloss_of[r];
-      // Read before the row is overwritten: dlogits may alias logits.
-      const Acc target_x = t >= 0 ? static_cast<Acc>(x[t]) : Acc(0);
-      // No loop-carried dependence even in place: element j is read, then written.
-#pragma omp simd
-      for (std::int64_t j = 0; j < vocab; ++j) {
-        dx[j] = static_cast<Logit>(
-            ops::cross_entropy_grad(static_cast<Acc>(x[j]), m, inv_sum, false, g));
-      }
-      if (t >= 0)
-        dx[t] = static_cast<Logit>(ops::cross_entropy_grad(target_x, m, inv_sum, true, g));
+      cross_entropy_backward_row<Logit, Acc>(x, dx, vocab, target[static_cast<std::size_t>(r)],
+                                             max_of[r], Acc(1) / sum_of[r], dloss_of[r]);
     }
   });
 }

@@ -18,6 +18,7 @@
 
 #include <dnnl.hpp>
 
+#include "backend/cpu/blas_capabilities.h"
 #include "backend/op_checks.h"
 
 namespace megatron::cpu {
@@ -110,7 +111,7 @@ std::shared_ptr<const CachedMatmul> create_matmul(const GemmProblem& p, float al
     // that converts as it goes, at a sixth of its f32 rate (34 against 216 GFLOP/s on 2 threads
     // of an AVX-512 Xeon, bench/RESULTS.md): the exact widening to f32 and the f32 route are
     // faster there.
-    if (p.input_dtype == DType::bf16 && !__builtin_cpu_supports("avx512bf16")) return entry;
+    if (p.input_dtype == DType::bf16 && bf16_gemm_widened()) return entry;
     entry->scratchpad_desc = pd.scratchpad_desc();
     entry->primitive = dnnl::matmul(pd);
     entry->usable = true;
