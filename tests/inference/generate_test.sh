@@ -147,19 +147,13 @@ pp2=(--set parallel.pipeline_model_parallel_size=2)
 mpi_generate 2 "$configs/gpt_tiny.toml" "$work/modern_pp2.json" "${modern[@]}" "${pp2[@]}" \
   --load "$work/modern" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --top-logprobs 5
 same_logprobs "$work/modern.json" "$work/modern_pp2.json" || fail "PP2 differs from one rank (rope GPT)"
-# (Under the sanitizers, GENERATE_TEST_FEWER_LAYOUTS: the MoE and hybrid layouts are left to the
-# plain build and the interleaved one runs on 2 ranks without TP: every decoding path still runs.)
+mpi_generate 2 "$configs/moe_tiny.toml" "$work/moe_pp2.json" "${moe[@]}" "${pp2[@]}" \
+  --load "$work/moe" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --top-logprobs 5
+same_logprobs "$work/moe.json" "$work/moe_pp2.json" || fail "PP2 differs from one rank (MoE GPT)"
+mpi_generate 2 "$configs/hybrid_tiny.toml" "$work/hybrid_pp2.json" "${hybrid[@]}" "${pp2[@]}" \
+  --load "$work/hybrid" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --top-logprobs 5
+same_logprobs "$work/hybrid.json" "$work/hybrid_pp2.json" || fail "PP2 differs from one rank (hybrid)"
 interleaved=(4 "${tp2[@]}")
-if [ -z "${GENERATE_TEST_FEWER_LAYOUTS:-}" ]; then
-  mpi_generate 2 "$configs/moe_tiny.toml" "$work/moe_pp2.json" "${moe[@]}" "${pp2[@]}" \
-    --load "$work/moe" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --top-logprobs 5
-  same_logprobs "$work/moe.json" "$work/moe_pp2.json" || fail "PP2 differs from one rank (MoE GPT)"
-  mpi_generate 2 "$configs/hybrid_tiny.toml" "$work/hybrid_pp2.json" "${hybrid[@]}" "${pp2[@]}" \
-    --load "$work/hybrid" "${prompts[@]}" --top-k 1 --tokens-to-generate 16 --top-logprobs 5
-  same_logprobs "$work/hybrid.json" "$work/hybrid_pp2.json" || fail "PP2 differs from one rank (hybrid)"
-else
-  interleaved=(2)
-fi
 generate "$configs/gpt_tiny.toml" "$work/tasks_top.json" "${tasks[@]}" "${prompts[@]}" --top-k 1 \
   --tokens-to-generate 16 --top-logprobs 5
 mpi_generate "${interleaved[@]:0:1}" "$configs/gpt_tiny.toml" "$work/tasks_interleaved.json" \

@@ -3,8 +3,13 @@
 // ranks; and the live facts of this machine are sane.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "megatron/train/host_memory.h"
 
@@ -50,10 +55,39 @@ TEST(HostMemoryBudget, NothingKnownMeansNoLimit) {
   EXPECT_TRUE(b.source.empty());
 }
 
-TEST(HostMemoryBudget, ThisMachinesFactsAreSane) {
+// /proc/meminfo's `key` line in bytes, read here independently of host_memory.cpp.
+double meminfo_bytes(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string name, unit;
+  double kib = 0;
+  while (in >> name >> kib) {
+    std::getline(in, unit);
+    if (name == key + ":") return kib * 1024;
+  }
+  return -1;
+}
+
+TEST(HostMemoryBudget, ThisMachinesFactsAreTheKernelsFigures) {
+  const double before = meminfo_bytes("MemAvailable");
   const HostMemoryFacts f = read_host_memory_facts();
+  const double after = meminfo_bytes("MemAvailable");
+  ASSERT_GT(before, 0) << "/proc/meminfo has no MemAvailable";
   ASSERT_TRUE(f.mem_available.has_value()) << "/proc/meminfo has no MemAvailable";
-  EXPECT_GT(*f.mem_available, 0);
+  // The figure moves between reads: within the two readings around it, give or take 64 MiB.
+  EXPECT_GE(*f.mem_available, std::min(before, after) - 64 * 1024.0 * 1024);
+  EXPECT_LE(*f.mem_available, std::max(before, after) + 64 * 1024.0 * 1024);
+  EXPECT_LE(*f.mem_available, meminfo_bytes("MemTotal"));
+  rlimit as{}, data{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &as), 0);
+  ASSERT_EQ(getrlimit(RLIMIT_DATA, &data), 0);
+  EXPECT_EQ(f.rlimit_as.has_value(), as.rlim_cur != RLIM_INFINITY);
+  if (f.rlimit_as) {
+    EXPECT_EQ(*f.rlimit_as, static_cast<double>(as.rlim_cur));
+  }
+  EXPECT_EQ(f.rlimit_data.has_value(), data.rlim_cur != RLIM_INFINITY);
+  if (f.rlimit_data) {
+    EXPECT_EQ(*f.rlimit_data, static_cast<double>(data.rlim_cur));
+  }
   const MemoryBudget b = host_memory_budget(f, 1);
   EXPECT_GT(b.rank_bytes, 0);
   EXPECT_LE(b.rank_bytes, *f.mem_available);
