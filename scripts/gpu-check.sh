@@ -72,6 +72,16 @@ unpack_packages() {
     dpkg-deb -x "$pkg" "$into"
     dpkg-deb -W --showformat='${Package} ${Version}\n' "$pkg" >> "$debs/packages.txt"
   done
+  # Libraries Debian reaches through update-alternatives (libopenblas.so.0, libblas.so.3, ...)
+  # live in a subfolder of the package: link each needed name into the library folder.
+  local lib name found libdir=$into/usr/lib/x86_64-linux-gnu
+  while read -r lib; do
+    name=$(basename "$lib")
+    [ -e "$libdir/$name" ] || [ -e "$into/lib/x86_64-linux-gnu/$name" ] && continue
+    found=$(find "$into" -name "$name" \( -type f -o -type l \) | head -1)
+    [ -n "$found" ] || { echo "gpu-check pack: $name is in none of the packages" >&2; exit 1; }
+    ln -s "$(realpath --relative-to="$libdir" "$found")" "$libdir/$name"
+  done < "$list"
   # Documentation, manuals and headers are not run.
   rm -rf "$into/usr/share/doc" "$into/usr/share/man" "$into/usr/include" "$into/usr/share/lintian"
 }
@@ -319,7 +329,8 @@ run() {
   fi
   summary=${GPU_CHECK_SUMMARY:-$PWD/gpu-check-summary.txt}
   : > "$summary"
-  export LD_LIBRARY_PATH="$kit/lib:$kit/deps/usr/lib/x86_64-linux-gnu:$kit/deps/usr/lib/x86_64-linux-gnu/openmpi/lib:$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local deps=$kit/deps
+  export LD_LIBRARY_PATH="$kit/lib:$deps/usr/lib/x86_64-linux-gnu:$deps/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openmpi/lib:$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # OpenMPI finds its components and help texts under its prefix, here the unpacked packages.
   export OPAL_PREFIX="$kit/deps/usr" PATH="$kit/deps/usr/bin:$PATH"
   export OMPI_MCA_plm_rsh_agent="" OMP_WAIT_POLICY=passive
